@@ -15,14 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
 
 from coordinator.cli.argtypes import int_in
 from coordinator.cli.config import DEFAULT_DATA_DIR, add_config_flags, build_config
 from coordinator.cli.registry import Commands
-
-if TYPE_CHECKING:
-    from coordinator.runtime.store.postgres_copy import CopyResult
 
 
 def register(commands: Commands) -> None:
@@ -86,57 +82,38 @@ def _copy(args: argparse.Namespace) -> int:
     from coordinator.runtime.store.sqlite_copy import copy_to_sqlite
 
     check_store_uri(args)
-    if args.to == "sqlite":
-        if args.accept_lost_wal:
-            print(
-                "kip848 store copy: --accept-lost-wal is for a SQLite store copied from "
-                "(--to postgresql)",
-                file=sys.stderr,
-            )
-            return 2
-        try:
-            result = copy_to_sqlite(args.store, args.data_dir)
-        except StoreError as exc:
-            print(f"kip848 store copy: {exc}", file=sys.stderr)
-            return 1
-        _copied(
-            args,
-            result,
-            f"Copied the store at {dsn_for_log(args.store)} into {args.data_dir}",
-            "Start the one node with --data-dir; do not start nodes on the PostgreSQL store again.",
+    back = args.to == "sqlite"
+    if back and args.accept_lost_wal:
+        print(
+            "kip848 store copy: --accept-lost-wal is for a SQLite store copied from "
+            "(--to postgresql)",
+            file=sys.stderr,
         )
-        return 0
-    config = build_config(args.config_file, args.set, args.server_properties)
+        return 2
+    config = None if back else build_config(args.config_file, args.set, args.server_properties)
     try:
-        # For writing: its lock keeps a server off the store while it is copied (one running
-        # on it is refused), and a store of an older schema is migrated first, as serve would.
-        with SqliteRecordStore.in_data_dir(
-            args.data_dir,
-            partitions=config.offsets_topic_partitions,
-            accept_lost_wal=args.accept_lost_wal,
-        ) as store:
-            result = copy_to_postgres(store, args.store)
+        if config is None:
+            result = copy_to_sqlite(args.store, args.data_dir)
+        else:
+            # For writing: its lock keeps a server off the store while it is copied (one
+            # running on it is refused), and a store of an older schema is migrated first, as
+            # serve would.
+            with SqliteRecordStore.in_data_dir(
+                args.data_dir,
+                partitions=config.offsets_topic_partitions,
+                accept_lost_wal=args.accept_lost_wal,
+            ) as store:
+                result = copy_to_postgres(store, args.store)
     except StoreError as exc:
         print(f"kip848 store copy: {exc}", file=sys.stderr)
         return 1
-    _copied(
-        args,
-        result,
-        f"Copied the store in {args.data_dir} into {result.where}",
-        "Start the nodes with --store.",
-    )
-    return 0
-
-
-def _copied(args: argparse.Namespace, result: CopyResult, what: str, then: str) -> None:
-    from coordinator.runtime.store.postgres_schema import dsn_for_log
-
+    where = dsn_for_log(args.store)
     if args.output == "json":
         print(
             json.dumps(
                 {
                     "data_dir": args.data_dir,
-                    "store": dsn_for_log(args.store),
+                    "store": where,
                     "to": args.to,
                     "partitions": result.partitions,
                     "journal_entries": result.journal_entries,
@@ -144,12 +121,21 @@ def _copied(args: argparse.Namespace, result: CopyResult, what: str, then: str) 
                 }
             )
         )
-    else:
-        print(
-            f"{what}: {result.partitions} partitions and the cluster log, "
-            f"{result.compacted_records} compacted records and {result.journal_entries} "
-            f"journal entries. {then}"
+        return 0
+    what, then = (
+        (
+            f"the store at {where} into {args.data_dir}",
+            "Start the one node with --data-dir; do not start nodes on the PostgreSQL store again.",
         )
+        if back
+        else (f"the store in {args.data_dir} into {where}", "Start the nodes with --store.")
+    )
+    print(
+        f"Copied {what}: {result.partitions} partitions and the cluster log, "
+        f"{result.compacted_records} compacted records and {result.journal_entries} journal "
+        f"entries. {then}"
+    )
+    return 0
 
 
 def _migrate(args: argparse.Namespace) -> int:

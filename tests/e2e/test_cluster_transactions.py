@@ -30,7 +30,7 @@ from cluster_support import Nodes, served, settings, until
 from kafka_clients import STACK_SETTINGS
 from kafka_support import KafkaClient, Tansu, create_topics, request
 from kio.schema.errors import ErrorCode as E
-from test_kafka_transactions import App, committed_log, produce
+from test_kafka_transactions import App, committed_log, committed_offsets, produce
 
 from coordinator.routing import partition_for
 from coordinator.server.cluster import UPSTREAM_COORDINATOR_ID_BASE
@@ -70,32 +70,6 @@ def _group_of(nodes: Nodes, leader: int, prefix: str) -> str:
     return next(
         g for g in (f"{prefix}{i}" for i in range(500)) if led[partition_for(g, 6)][0] == leader
     )
-
-
-def committed_offsets(address: str, group: str, topic: str, partitions: int) -> list[int]:
-    """OffsetFetch v7 with require_stable through ``address``, asked again (bounded) while the
-    group is failing over (a top-level error) or its offsets are unstable."""
-    deadline = time.monotonic() + 30
-    while True:
-        c = KafkaClient(address)
-        try:
-            resp: Any = c.call(
-                request(
-                    9,
-                    7,
-                    group_id=group,
-                    topics=[{"name": topic, "partition_indexes": list(range(partitions))}],
-                    require_stable=True,
-                )
-            )
-        finally:
-            c.close()
-        if resp.error_code == E.none:
-            parts = resp.topics[0].partitions
-            if all(p.error_code == E.none for p in parts):
-                return [int(p.committed_offset) for p in parts]
-        assert time.monotonic() < deadline, resp
-        time.sleep(0.2)
 
 
 def txn_coordinator(address: str, transactional_id: str) -> tuple[int, int, str]:
@@ -152,7 +126,7 @@ def test_an_exactly_once_app_follows_its_group_and_survives_its_nodes_kill(
         app = App(None, config, tmp_path / "app.log")  # type: ignore[arg-type]
 
         def check_prefix(address: str) -> None:
-            offsets = committed_offsets(address, group, "eos-in", 2)
+            offsets = committed_offsets(address, group, "eos-in", 2, timeout=30)
             for p in range(2):
                 outputs = {
                     v.decode().split(":")[1] for v in committed_log(tansu.address, "eos-out", p)
@@ -171,11 +145,13 @@ def test_an_exactly_once_app_follows_its_group_and_survives_its_nodes_kill(
         nodes.kill9(1)  # mid-run: inside a transaction (each waits 0.2 s before its end)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            if committed_offsets(bootstrap, group, "eos-in", 2) == [40, 40]:
+            if committed_offsets(bootstrap, group, "eos-in", 2, timeout=30) == [40, 40]:
                 break
             assert app.alive(), app.lines[-10:]
             time.sleep(0.5)
-        assert committed_offsets(bootstrap, group, "eos-in", 2) == [40, 40], app.lines[-10:]
+        assert committed_offsets(bootstrap, group, "eos-in", 2, timeout=30) == [40, 40], app.lines[
+            -10:
+        ]
         check_prefix(bootstrap)
         seen: dict[str, int] = {}
         for p in range(2):

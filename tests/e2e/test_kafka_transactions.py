@@ -172,10 +172,13 @@ def read_log(address: str, topic: str, partition: int) -> list[Any]:
     return out
 
 
-def committed_offsets(address: str, group: str, topic: str, partitions: int) -> list[int]:
-    """OffsetFetch v7 with require_stable (bounded retries while unstable): the group's
-    committed offsets, -1 for none."""
-    deadline = time.monotonic() + 20
+def committed_offsets(
+    address: str, group: str, topic: str, partitions: int, timeout: float = 20
+) -> list[int]:
+    """OffsetFetch v7 with require_stable (bounded retries while the group fails over — a
+    top-level error — or its offsets are unstable): the group's committed offsets, -1 for
+    none."""
+    deadline = time.monotonic() + timeout
     while True:
         c = KafkaClient(address)
         try:
@@ -190,10 +193,11 @@ def committed_offsets(address: str, group: str, topic: str, partitions: int) -> 
             )
         finally:
             c.close()
-        parts = resp.topics[0].partitions
-        if all(p.error_code == E.none for p in parts):
-            return [int(p.committed_offset) for p in parts]
-        assert time.monotonic() < deadline, parts
+        if resp.error_code == E.none:
+            parts = resp.topics[0].partitions
+            if all(p.error_code == E.none for p in parts):
+                return [int(p.committed_offset) for p in parts]
+        assert time.monotonic() < deadline, resp
         time.sleep(0.2)
 
 

@@ -24,7 +24,7 @@ from .postgres import PostgresRecordStore
 from .postgres_schema import connect_options, dsn_for_log, scrub
 from .sqlite import SqliteRecordStore
 
-__all__ = ["CopyResult", "Tally", "connect", "copy_to_postgres", "line"]
+__all__ = ["CopyResult", "Tally", "check_tallies", "connect", "copy_to_postgres", "line"]
 
 
 @dataclass(slots=True)
@@ -186,9 +186,21 @@ def _check_copied(
                 f" coalesce(length(value), 0)) FROM {table} GROUP BY log"
             ).fetchall()
         }
-        wanted = {log: t.figures() for log, t in tally.items() if t.rows}
-        if found != wanted:
-            raise StoreError(
-                f"the copy into {where} does not check out ({table}: rows, last offset and "
-                f"bytes per log {found}, read from SQLite {wanted}); nothing was committed"
-            )
+        check_tallies(where, table, found, tally, "SQLite")
+
+
+def check_tallies(
+    where: str,
+    table: str,
+    found: dict[int, tuple[int, int, int]],
+    tally: dict[int, Tally],
+    source: str,
+) -> None:
+    """Raise :class:`StoreError` unless the copy's ``table`` holds, per log, the rows, last offset
+    and bytes read from the ``source`` store."""
+    wanted = {log: t.figures() for log, t in tally.items() if t.rows}
+    if found != wanted:
+        raise StoreError(
+            f"the copy into {where} does not check out ({table}: rows, last offset and bytes "
+            f"per log {found}, read from {source} {wanted}); nothing was committed"
+        )

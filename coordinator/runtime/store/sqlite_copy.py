@@ -25,7 +25,7 @@ from typing import Any
 
 from .api import StoreError, log_ids
 from .postgres import PostgresRecordStore
-from .postgres_copy import CopyResult, Tally, connect, line
+from .postgres_copy import CopyResult, Tally, check_tallies, connect, line
 from .postgres_schema import dsn_for_log
 from .sqlite import SqliteRecordStore
 from .sqlite_schema import (
@@ -225,9 +225,4 @@ def _check_copied(
             ).fetchone()
             if rows:
                 found[log] = (int(rows), int(last), int(nbytes))
-        wanted = {log: t.figures() for log, t in tally.items() if t.rows}
-        if found != wanted:
-            raise StoreError(
-                f"the copy into {path} does not check out ({table}: rows, last offset and "
-                f"bytes per log {found}, read from PostgreSQL {wanted}); nothing was committed"
-            )
+        check_tallies(str(path), table, found, tally, "PostgreSQL")
