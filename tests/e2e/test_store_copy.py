@@ -245,15 +245,22 @@ def _copy_back(dsn: str, data: Path) -> tuple[int, str, str]:
     return _copy(data, dsn, "--to", "sqlite")
 
 
+def _on_postgres(source: Path, pg_server: Any, tmp_path: Path) -> tuple[Path, str]:
+    """The one node's store (a copy of ``source`` in ``tmp_path``) and a PostgreSQL store it
+    was copied into."""
+    data = tmp_path / "one-node"
+    shutil.copytree(source, data)
+    dsn = pg_server.fresh_store_dsn()
+    assert _copy(data, dsn)[0] == 0
+    return data, dsn
+
+
 def test_several_nodes_store_copied_back_into_sqlite_serves_the_same_and_goes_on(
     source: Path, pg_server: Any, tmp_path: Path
 ) -> None:
     # One node's store copied into PostgreSQL, where a node then writes records of its own
     # (a topic, a group's offsets: the cluster log and a partition, with leader epochs).
-    data = tmp_path / "one-node"
-    shutil.copytree(source, data)
-    dsn = pg_server.fresh_store_dsn()
-    assert _copy(data, dsn)[0] == 0
+    data, dsn = _on_postgres(source, pg_server, tmp_path)
     node = ServerProcess(tmp_path / "node1", "--store", dsn, "--node-id", "1", *PG_LEASE)
     try:
         p = run_cli("topics", "create", "added-on-pg", "--partitions", "3",
@@ -309,10 +316,7 @@ def test_several_nodes_store_copied_back_into_sqlite_serves_the_same_and_goes_on
 def test_a_copy_back_that_could_lose_or_mix_records_is_refused_and_changes_nothing(
     source: Path, pg_server: Any, tmp_path: Path
 ) -> None:
-    data = tmp_path / "one-node"
-    shutil.copytree(source, data)
-    dsn = pg_server.fresh_store_dsn()
-    assert _copy(data, dsn)[0] == 0
+    data, dsn = _on_postgres(source, pg_server, tmp_path)
     copied = _records(dsn)
     back = tmp_path / "back"
     # A node running on the store: it could append while the copy reads.
