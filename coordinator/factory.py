@@ -48,8 +48,9 @@ def new_cluster(
     registry = TopicRegistry(ids, default_num_partitions=default_num_partitions)
     security = SecurityMetadata(registry.undo)
     registry.plug(security)
-    plug_group_configs(registry, config or GroupCoordinatorConfig())
-    ids_groups = ClusterTransactionalIds(registry.undo)
+    config = config or GroupCoordinatorConfig()
+    plug_group_configs(registry, config)
+    ids_groups = ClusterTransactionalIds(registry.undo, config)
     registry.plug(ids_groups)
     registry.components[ClusterTransactionalIds] = ids_groups
     return registry, security

@@ -426,10 +426,11 @@ def _value_encoders() -> dict[
         )
 
     def tig_enc(v: r.TransactionalIdGroupValue) -> list[Any]:
-        return [v.group_id]
+        return [v.group_id, v.active_ms]
 
     def tig_dec(f: list[Any]) -> r.TransactionalIdGroupValue:
-        return r.TransactionalIdGroupValue(group_id=f[0])
+        # A record written before ``active_ms`` was has the group only: its activity unknown.
+        return r.TransactionalIdGroupValue(group_id=f[0], active_ms=f[1] if len(f) > 1 else -1)
 
     t = r.RecordType
     return {

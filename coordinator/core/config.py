@@ -61,6 +61,13 @@ class GroupCoordinatorConfig:
     the write before it) to be durable before it is answered COORDINATOR_NOT_AVAILABLE (the
     write goes on; ``coordinator/runtime/driver.py``, "Write timeout")."""
     offset_metadata_max_bytes: int = 4_096
+    transactional_id_expiration_ms: int = 604_800_000
+    """Kafka's ``transactional.id.expiration.ms``: among several nodes, a transactional id's
+    mapping to its group (``core/transactional_ids.py``) is removed once the id has had no
+    transaction API served for this long and holds no open transaction."""
+    transactional_id_cleanup_interval_ms: int = 3_600_000
+    """Kafka's ``transaction.remove.expired.transaction.cleanup.interval.ms``: how often the
+    expired mappings are looked for, and the precision of their recorded activity."""
     classic_min_session_timeout_ms: int = 6_000
     classic_max_session_timeout_ms: int = 1_800_000
     classic_initial_rebalance_delay_ms: int = 3_000
@@ -172,6 +179,13 @@ CONFIG_SPECS: dict[str, _Spec] = {
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int, 1, None),
     "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int, 1, INT_MAX),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int, 0, None),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int, 1, INT_MAX),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "transactional_id_cleanup_interval_ms",
+        _int,
+        1,
+        INT_MAX,
+    ),
     "group.min.session.timeout.ms": ("classic_min_session_timeout_ms", _int, 0, None),
     "group.max.session.timeout.ms": ("classic_max_session_timeout_ms", _int, 0, None),
     "group.initial.rebalance.delay.ms": ("classic_initial_rebalance_delay_ms", _int, 0, None),

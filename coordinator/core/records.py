@@ -425,6 +425,11 @@ class UserScramCredentialValue:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TransactionalIdGroupValue:
     group_id: str
+    active_ms: int = -1
+    """When the transactional id was last seen active (a transaction API of it served), by
+    the driver's clock, to within ``transaction.remove.expired.transaction.cleanup.interval.ms``:
+    the mapping expires ``transactional.id.expiration.ms`` after it (``core/transactional_ids.py``).
+    -1: not known (a record written before this field was)."""
 
 
 RecordKey = (
@@ -663,7 +668,14 @@ def group_transaction_record(
     return Record(GroupTransactionKey(group_id, producer_id), value)
 
 
-def transactional_id_group_record(transactional_id: str, group_id: str | None) -> Record:
-    """``transactional_id`` commits offsets to ``group_id`` (None: a tombstone)."""
-    value = None if group_id is None else TransactionalIdGroupValue(group_id=group_id)
+def transactional_id_group_record(
+    transactional_id: str, group_id: str | None, active_ms: int = -1
+) -> Record:
+    """``transactional_id`` commits offsets to ``group_id``, last active at ``active_ms``
+    (None: a tombstone)."""
+    value = (
+        None
+        if group_id is None
+        else TransactionalIdGroupValue(group_id=group_id, active_ms=active_ms)
+    )
     return Record(TransactionalIdGroupKey(transactional_id), value)

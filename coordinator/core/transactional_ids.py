@@ -10,15 +10,30 @@ requests (markers); here the transactional id is routed instead: once its transa
 offsets to group G, its transaction APIs (FindCoordinator, InitProducerId, AddOffsetsToTxn,
 AddPartitionsToTxn, EndTxn) are served by the node leading G's partition, which forwards them
 upstream (``server/kafka/transactions.py``). One ``TransactionalIdGroup`` record per
-transactional id, written only when its group changes (normally once).
+transactional id, written when its group changes (normally once) and when it was last written
+a ``transaction.remove.expired.transaction.cleanup.interval.ms`` or more before the id's latest
+activity (its record carries that time: ``active_ms``, so a restart knows it).
+
+**Expiry**, as Kafka's transaction coordinator forgets a transactional id: once an id has been
+inactive (no transaction API of it served: InitProducerId, AddOffsetsToTxn, TxnOffsetCommit
+v5+, EndTxn) for ``transactional.id.expiration.ms`` (7 days) its mapping is removed (a
+tombstone) — unless it holds an open or ending transaction (Kafka expires only an id whose
+transaction is complete). The driver, every cleanup interval, names the ids it may decide
+about — those mapped to a group its node serves, with no open transaction there — and
+:meth:`ClusterTransactionalIds.expire` decides by the time it passes. Since activity is written
+to within a cleanup interval, an id expires when its recorded activity is older than the
+expiration plus one interval: never sooner than the expiration after its last activity. A
+record written before ``active_ms`` existed (-1) is written again with the time of the first
+check that names it: its expiration counts from then.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from . import records as r
 from .commands import Result
+from .config import GroupCoordinatorConfig
 from .errors import InvalidRequestError
 from .timeline import UndoLog
 
@@ -26,31 +41,74 @@ from .timeline import UndoLog
 class ClusterTransactionalIds:
     """transactional id -> the group its transactions commit offsets to (module doc)."""
 
-    def __init__(self, undo: UndoLog) -> None:
-        self._groups = undo.new_dict()  # transactional id -> group id
+    def __init__(self, undo: UndoLog, config: GroupCoordinatorConfig | None = None) -> None:
+        self._config = config or GroupCoordinatorConfig()
+        self._ids = undo.new_dict()  # transactional id -> TransactionalIdGroupValue
 
     def group_of(self, transactional_id: str) -> str | None:
         """The group ``transactional_id`` commits offsets to; None: none known."""
-        group: str | None = self._groups.get(transactional_id)
-        return group
+        value: r.TransactionalIdGroupValue | None = self._ids.get(transactional_id)
+        return None if value is None else value.group_id
+
+    def needs_write(self, transactional_id: str, group_id: str, now_ms: int) -> bool:
+        """Would :meth:`map` write a record (the group changes, or the recorded activity is a
+        cleanup interval old or unknown)?"""
+        value: r.TransactionalIdGroupValue | None = self._ids.get(transactional_id)
+        return (
+            value is None
+            or value.group_id != group_id
+            or value.active_ms < 0
+            or now_ms - value.active_ms >= self._config.transactional_id_cleanup_interval_ms
+        )
+
+    def mapped(self) -> list[tuple[str, str]]:
+        """(transactional id, its group) of every mapped id, by id."""
+        return [(tid, v.group_id) for tid, v in sorted(self._ids.items())]
 
     def __len__(self) -> int:
-        return len(self._groups)
+        return len(self._ids)
 
     # ------------------------------------------------------------------ commands
 
-    def map(self, transactional_id: str, group_id: str) -> Result[bool]:
-        """``transactional_id`` commits offsets to ``group_id``: its record when that is new
-        (response True), nothing when it was already so (False)."""
+    def map(self, transactional_id: str, group_id: str, now_ms: int) -> Result[bool]:
+        """``transactional_id``, active at ``now_ms``, commits offsets to ``group_id``: its
+        record when that is new (response True) or when its recorded activity is a cleanup
+        interval old (False; :meth:`needs_write`), else nothing (False)."""
         if not transactional_id:
             raise InvalidRequestError("The transactional id is empty.")
         if not group_id:
             raise InvalidRequestError("The group id is empty.")
-        if self._groups.get(transactional_id) == group_id:
+        if not self.needs_write(transactional_id, group_id, now_ms):
             return Result(response=False)
-        record = r.transactional_id_group_record(transactional_id, group_id)
+        changed = self.group_of(transactional_id) != group_id
+        record = r.transactional_id_group_record(transactional_id, group_id, now_ms)
         self._replay(record)
-        return Result(records=[record], response=True)
+        return Result(records=[record], response=changed)
+
+    def expire(self, transactional_ids: Iterable[str], now_ms: int) -> Result[list[str]]:
+        """Of ``transactional_ids`` (those the caller may decide about: served by its node,
+        no open transaction; module doc), the mappings inactive for
+        ``transactional.id.expiration.ms`` plus a cleanup interval at ``now_ms`` are removed
+        (response: those ids, in order); one whose activity is unknown (-1) starts counting
+        now."""
+        config = self._config
+        age = config.transactional_id_expiration_ms + config.transactional_id_cleanup_interval_ms
+        expired: list[str] = []
+        result: Result[list[str]] = Result(response=expired)
+        for tid in sorted(set(transactional_ids)):
+            value: r.TransactionalIdGroupValue | None = self._ids.get(tid)
+            if value is None:
+                continue
+            if value.active_ms < 0:
+                record = r.transactional_id_group_record(tid, value.group_id, now_ms)
+            elif now_ms - value.active_ms >= age:
+                record = r.transactional_id_group_record(tid, None)
+                expired.append(tid)
+            else:
+                continue
+            self._replay(record)
+            result.records.append(record)
+        return result
 
     # ------------------------------------------------------------------ records
 
@@ -60,15 +118,15 @@ class ClusterTransactionalIds:
     def _replay(self, record: r.Record) -> None:
         key, value = r.typed(record, r.TransactionalIdGroupKey, r.TransactionalIdGroupValue)
         if value is None:
-            self._groups.discard(key.transactional_id)
+            self._ids.discard(key.transactional_id)
         else:
-            self._groups[key.transactional_id] = value.group_id
+            self._ids[key.transactional_id] = value
 
     def snapshot(self) -> dict[str, object]:
-        return {"transactional_id_groups": dict(sorted(self._groups.items()))}
+        return {"transactional_id_groups": dict(sorted(self._ids.items()))}
 
     def records_of_state(self) -> list[r.Record]:
         return [
-            r.transactional_id_group_record(tid, group)
-            for tid, group in sorted(self._groups.items())
+            r.transactional_id_group_record(tid, v.group_id, v.active_ms)
+            for tid, v in sorted(self._ids.items())
         ]

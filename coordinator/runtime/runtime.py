@@ -686,12 +686,22 @@ class CoordinatorRuntime:
         return [g for e in ended for g in e.groups]
 
     async def map_transactional_id(self, transactional_id: str, group_id: str) -> bool:
-        """Record in the cluster log that ``transactional_id`` commits offsets to ``group_id``
-        (``core/transactional_ids.py``), once durable; False when it already was so (nothing
-        written)."""
+        """Record in the cluster log that ``transactional_id``, active now, commits offsets to
+        ``group_id`` (``core/transactional_ids.py``), once durable; False when it already was
+        so (its activity may be written again; nothing is when the committed state is fresh)."""
+        now = self.clock.now_ms()
+        if not self._committed().transactional_ids.needs_write(transactional_id, group_id, now):
+            return False
         ids = self.transactional_ids
-        mapped: bool = await self._submit(REGISTRY, lambda _r: ids.map(transactional_id, group_id))
-        return mapped
+        return bool(
+            await self._submit(REGISTRY, lambda _: ids.map(transactional_id, group_id, now))
+        )
+
+    async def expire_transactional_ids(self, transactional_ids: list[str]) -> list[str]:
+        """Of ``transactional_ids``, the mappings inactive for ``transactional.id.expiration.ms``
+        removed (``ClusterTransactionalIds.expire``), once durable."""
+        now, ids = self.clock.now_ms(), self.transactional_ids
+        return list(await self._submit(REGISTRY, lambda _: ids.expire(transactional_ids, now)))
 
     def transactional_id_group(self, transactional_id: str) -> str | None:
         """The group ``transactional_id`` commits offsets to, as of the cluster log's last

@@ -445,7 +445,7 @@ class CoordinatorServer:
         if self.topic_feed is not None:
             await self.topic_feed.start()  # the upstream's topics before SERVING (bounded)
         if self.kafka_txn is not None:
-            await self.kafka_txn.start()  # prepared transactions completed (bounded)
+            await self.kafka_txn.start(self.service)  # prepared ones completed (bounded)
         if self.cluster is None:
             await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         else:

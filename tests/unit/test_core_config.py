@@ -35,6 +35,8 @@ KAFKA_DEFAULTS = {
     "offsets.retention.minutes": "10080",
     "offsets.retention.check.interval.ms": "600000",
     "offset.metadata.max.bytes": "4096",
+    "transactional.id.expiration.ms": "604800000",
+    "transaction.remove.expired.transaction.cleanup.interval.ms": "3600000",
     "group.min.session.timeout.ms": "6000",
     "group.max.session.timeout.ms": "1800000",
     "group.initial.rebalance.delay.ms": "3000",

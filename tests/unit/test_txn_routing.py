@@ -14,6 +14,8 @@ import pytest
 from builders import make_runtime
 
 from coordinator.cluster import ClusterConfig, ClusterNode
+from coordinator.core import codec
+from coordinator.core import records as r
 from coordinator.core.errors import (
     CoordinatorNotAvailableError,
     InvalidTxnStateError,
@@ -23,6 +25,7 @@ from coordinator.core.transactions import AddOffsetsToTxn
 from coordinator.routing import partition_for
 from coordinator.runtime import CoordinatorRuntime
 from coordinator.runtime.leadership import PartitionState
+from coordinator.runtime.store import CLUSTER_LOG, MemoryRecordStore
 from coordinator.runtime.store.postgres_leases import ClusterState, Lease, NodeRow
 from coordinator.server.api import Caller, Node
 from coordinator.server.cluster import UPSTREAM_COORDINATOR_ID_BASE as BASE
@@ -37,6 +40,10 @@ from coordinator.server.kafka.txn_routing import (
 )
 
 P = 3
+EXPIRY = {
+    "transactional.id.expiration.ms": "10000",
+    "transaction.remove.expired.transaction.cleanup.interval.ms": "1000",
+}
 HERE = Node(node_id=1, host="n1.example", port=9092)
 KAFKA = Caller(api_version=4, node=HERE)
 NODE_2 = Node(node_id=BASE + 2, host="n2.example", port=9092)
@@ -271,3 +278,57 @@ def test_metadata_lists_the_coordinator_nodes_live_or_gone_a_moment_ago(
         NODE_2,
         Node(node_id=BASE + 3, host="n3.example", port=9092),
     ]
+
+
+async def test_inactive_ids_expire_at_their_groups_node_and_stay_expired_after_a_restart() -> None:
+    """``transactional.id.expiration.ms`` (10 s here, checked every 1 s): node 1 removes the
+    mappings of its groups' ids that have had no transaction API served for the expiration
+    (plus the interval their activity is recorded to) and hold no open transaction; an
+    InitProducerId or EndTxn (``serves``), AddOffsetsToTxn or TxnOffsetCommit v5+ is
+    activity. The activity time is in the record: after a restart the expired id is still
+    gone, the active one still mapped, and it expires counting from its recorded activity."""
+    store = MemoryRecordStore(partitions=P)
+    rt = make_runtime(store, **EXPIRY)
+    await rt.start()
+    routing = TxnRouting(rt, ClusterRouting(_node(), upstream=True))
+    t0 = rt.clock.now_ms()
+    for tid, group in (("idle", HERE_G), ("active", HERE_G), ("open", HERE_H), ("theirs", THERE_G)):
+        await rt.map_transactional_id(tid, group)
+    await rt.add_offsets_to_txn(
+        AddOffsetsToTxn(group_id=HERE_H, transactional_id="open", producer_id=7, producer_epoch=0)
+    )
+    rt.clock.advance(6_000)
+    assert await routing.serves("active") is None  # InitProducerId/EndTxn: its activity written
+    rt.clock.advance(4_999)
+    assert await routing.expire() == []
+    rt.clock.advance(1)
+    assert await routing.expire() == ["idle"]
+    assert await routing.serves("idle") is None  # the upstream's to answer now, as with one node
+    assert routing.coordinator("idle", KAFKA) is None
+    assert [codec.decode(e.key, e.value) for e in store.journal(CLUSTER_LOG)] == [
+        r.transactional_id_group_record("idle", HERE_G, t0),
+        r.transactional_id_group_record("active", HERE_G, t0),
+        r.transactional_id_group_record("open", HERE_H, t0),
+        r.transactional_id_group_record("theirs", THERE_G, t0),
+        r.transactional_id_group_record("active", HERE_G, t0 + 6_000),
+        r.transactional_id_group_record("idle", None),
+    ]
+    now = rt.clock.now_ms()
+    await rt.close()
+
+    rt2 = make_runtime(store.reopen(), **EXPIRY)
+    await rt2.start()
+    rt2.clock.advance(now - rt2.clock.now_ms())
+    routing2 = TxnRouting(rt2, ClusterRouting(_node(), upstream=True))
+    assert rt2.committed.transactional_ids.mapped() == [
+        ("active", HERE_G),
+        ("open", HERE_H),
+        ("theirs", THERE_G),
+    ]
+    rt2.clock.advance(5_999)  # 10.999 s after "active"'s last recorded activity
+    assert await routing2.expire() == []
+    rt2.clock.advance(1)
+    # The open transaction's id stays (however old), as does the id of node 2's group.
+    assert await routing2.expire() == ["active"]
+    assert rt2.committed.transactional_ids.mapped() == [("open", HERE_H), ("theirs", THERE_G)]
+    await rt2.close()

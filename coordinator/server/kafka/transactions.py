@@ -91,6 +91,7 @@ class TransactionBridge:
         self.ready = asyncio.Event()
         self._clients: dict[tuple[str, int], UpstreamClient] = {}
         self._task: asyncio.Task[None] | None = None
+        self._expiry: asyncio.Task[None] | None = None
         self._routing: TxnRouting | None = None
 
     # ------------------------------------------------------------ versions
@@ -112,23 +113,30 @@ class TransactionBridge:
 
     # ------------------------------------------------------------ lifecycle
 
-    async def start(self) -> None:
+    async def start(self, service: Any = None) -> None:
         """Complete the transactions left prepared by the last run (bounded), then serve;
-        the periodic check runs from here on."""
+        the periodic check runs from here on, and among several nodes (``service`` routes)
+        the expiry of transactional ids (``txn_routing.py``)."""
         try:
             await asyncio.wait_for(self._complete_prepared(None), START_TIMEOUT_S)
         except (UpstreamError, CoordinatorError, TimeoutError) as exc:
             log.warning("Prepared transactions not all completed at start: %s", exc)
         finally:
             self.ready.set()
+        loop = asyncio.get_running_loop()
         if DESCRIBE_TRANSACTIONS in self.upstream.versions:
-            self._task = asyncio.get_running_loop().create_task(self._check_loop())
+            self._task = loop.create_task(self._check_loop())
+        routing = None if service is None else self._routing_of(service)
+        if routing is not None:
+            self._expiry = loop.create_task(self._expiry_loop(routing))
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in (self._task, self._expiry):
+            if task is None:
+                continue
+            task.cancel()
             try:
-                await self._task
+                await task
             except asyncio.CancelledError:
                 pass
         for client in self._clients.values():
@@ -437,6 +445,24 @@ class TransactionBridge:
                 log.warning("Checking open transactions with the upstream failed: %s", exc)
             min_age_ms = self.check_ms
             await asyncio.sleep(self.check_ms / 1000)
+
+    async def _expiry_loop(self, routing: TxnRouting) -> None:
+        """Every ``transaction.remove.expired.transaction.cleanup.interval.ms`` (the first one
+        after an interval, as Kafka schedules it) the inactive transactional ids' mappings
+        are removed (``TxnRouting.expire``)."""
+        interval_s = self.runtime.config.transactional_id_cleanup_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                expired = await routing.expire()
+            except (CoordinatorError, TimeoutError) as exc:
+                log.warning("Expiring transactional ids failed (tried again later): %s", exc)
+                continue
+            if expired:
+                log.info(
+                    "Transactional ids expired (transactional.id.expiration.ms): %s",
+                    ", ".join(expired),
+                )
 
     async def check(self, now_ms: int, min_age_ms: int | None = None) -> None:
         """Ask the upstream's DescribeTransactions about the transactions that have not moved

@@ -35,6 +35,12 @@ named to a node), and every node routes by it:
   group another node leads is refused INVALID_TXN_STATE (that node may hold its open
   transaction, and cannot be asked), as is a second group of an open transaction.
 
+**Expiry** (``transactional.id.expiration.ms``): each of the transaction APIs above served
+for a mapped id is its activity, written to its record at most once per
+``transaction.remove.expired.transaction.cleanup.interval.ms``; every such interval the node
+names the ids of the groups it serves that hold no open transaction here to the core
+(``core/transactional_ids.py``), which removes the mappings inactive for the expiration.
+
 FindCoordinator answers from the cluster log as this node has applied it (at most a
 heartbeat behind another node's write); a client sent to the wrong node is answered
 NOT_COORDINATOR there and asks again.
@@ -108,6 +114,7 @@ class TxnRouting:
         if mapped is not None and not self.leads(mapped):
             return NOT_COORDINATOR  # another node serves the id
         if mapped == group_id:
+            await self.runtime.map_transactional_id(transactional_id, group_id)  # its activity
             return None
         if mapped is not None:  # moving to another group: only between transactions
             if not self.loaded(mapped):
@@ -138,7 +145,10 @@ class TxnRouting:
             return None
         if not self.leads(mapped):
             return NOT_COORDINATOR
-        return None if self.loaded(mapped) else CONCURRENT_TRANSACTIONS
+        if not self.loaded(mapped):
+            return CONCURRENT_TRANSACTIONS
+        await self.runtime.map_transactional_id(transactional_id, mapped)  # its activity
+        return None
 
     async def txn_offset_commit(
         self, transactional_id: str, group_id: str
@@ -148,9 +158,7 @@ class TxnRouting:
         if not self.leads(group_id):
             return NotCoordinatorError(f"This node does not lead group {group_id}.")
         mapped = await self.runtime.latest_transactional_id_group(transactional_id)
-        if mapped == group_id:
-            return None
-        if mapped is not None:
+        if mapped is not None and mapped != group_id:
             if not self.leads(mapped):
                 return InvalidTxnStateError(
                     f"Transactional id {transactional_id} commits offsets to group {mapped}, "
@@ -168,6 +176,20 @@ class TxnRouting:
                 )
         await self.runtime.map_transactional_id(transactional_id, group_id)
         return None
+
+    async def expire(self) -> list[str]:
+        """Expiry (``transactional.id.expiration.ms``, ``core/transactional_ids.py``): the ids
+        mapped to a group this node serves, holding no open or ending transaction here, are
+        named to the core, which removes those inactive for the expiration; the ids removed,
+        once durable. A transaction begun meanwhile maps its id again first (its
+        AddOffsetsToTxn or TxnOffsetCommit v5+), after the removal in the cluster log."""
+        held = {t.transactional_id for t in self.runtime.transactions()}
+        named = [
+            tid
+            for tid, group in self.runtime.committed.transactional_ids.mapped()
+            if tid not in held and self.leads(group) and self.loaded(group)
+        ]
+        return await self.runtime.expire_transactional_ids(named) if named else []
 
     def loaded(self, group_id: str) -> bool:
         """Whether this node serves ``group_id``'s partition (led and loaded)."""
