@@ -366,6 +366,7 @@ _TRANSACTION_STATES = {
     r.TransactionState.ONGOING: "Ongoing",
     r.TransactionState.PREPARE_COMMIT: "PrepareCommit",
     r.TransactionState.PREPARE_ABORT: "PrepareAbort",
+    r.TransactionState.COMPLETE_ABORT: "CompleteAbort",
 }
 """Kafka's names of the transaction states (TransactionState in its transaction coordinator)."""
 

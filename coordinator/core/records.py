@@ -251,6 +251,12 @@ class TransactionState(IntEnum):
     """An EndTxn(commit) was forwarded to the transaction coordinator, its answer not seen."""
     PREPARE_ABORT = 2
     """An EndTxn(abort) was forwarded, its answer not seen."""
+    COMPLETE_ABORT = 3
+    """No transaction open: the producer's ongoing one was aborted by an InitProducerId of its
+    transactional id, which fenced its epochs up to this record's (Kafka's abort marker, at the
+    bumped epoch, leaves the newer epoch in the offsets partition). A TxnOffsetCommit or
+    AddOffsetsToTxn of such an epoch is refused INVALID_PRODUCER_EPOCH; a newer epoch's
+    transaction replaces the record."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

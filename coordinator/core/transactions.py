@@ -20,7 +20,13 @@ Kafka listener, which tells this component what it saw (docs/kafka.md, "Transact
   transaction of an older epoch (or another producer id) of that id was aborted by it — it
   never had an end forwarded, so it cannot have committed — unless the request asked to keep
   it (KIP-939's KeepPreparedTxn) and the answer names it as kept: that one goes on under the
-  new producer id and epoch, with which its EndTxn will come;
+  new producer id and epoch, with which its EndTxn will come. The aborted one's record stays
+  as a *fence* (``COMPLETE_ABORT`` at the epoch before the new one; for another producer id,
+  at the aborted epoch), as Kafka's abort marker leaves the bumped epoch in the offsets
+  partition: the old producer (a zombie) committing at a fenced epoch is refused
+  INVALID_PRODUCER_EPOCH at once, nothing written. A fence is no transaction (not listed, not
+  ended by an EndTxn, no reason to keep its group); the producer's next transaction in the
+  group replaces it, a later InitProducerId raises it, and the group's deletion drops it;
 * a TxnOffsetCommit or AddOffsetsToTxn of a newer epoch of the same producer id finds the older
   ongoing transaction aborted for the same reason.
 
@@ -148,13 +154,15 @@ class TransactionalOffsets:
 
     def has_transactions(self, group_id: str) -> bool:
         """Does the group hold pending offsets or an open transaction (Kafka keeps it then)?"""
-        return group_id in self._open or any(g == group_id for g, _pid in self._txns)
+        return group_id in self._open or any(
+            g == group_id and v.state is not S.COMPLETE_ABORT for (g, _pid), v in self._txns.items()
+        )
 
     def groups(self) -> frozenset[str]:
         return frozenset(self._open) | frozenset(g for g, _pid in self._txns)
 
     def transactions(self) -> list[GroupTransaction]:
-        """Every group's open or ending transaction, by group and producer id."""
+        """Every group's open or ending transaction, by group and producer id (no fence)."""
         return [
             GroupTransaction(
                 group_id=g,
@@ -165,20 +173,33 @@ class TransactionalOffsets:
                 updated_ms=v.updated_ms,
             )
             for (g, pid), v in sorted(self._txns.items())
+            if v.state is not S.COMPLETE_ABORT
         ]
 
     def knows_producer(self, producer_id: int) -> bool:
         return producer_id in self._groups_of
+
+    def knows_transactional_id(self, transactional_id: str) -> bool:
+        """Does a transaction or a fence of ``transactional_id`` hold a group here?"""
+        return any(v.transactional_id == transactional_id for v in self._txns.values())
 
     # ------------------------------------------------------------------ commands
 
     def check_producer(self, group_id: str, producer_id: int, producer_epoch: int) -> None:
         """A TxnOffsetCommit or AddOffsetsToTxn of this producer for this group: refused while
         an end of its transaction is on its way (CONCURRENT_TRANSACTIONS, which the client
-        retries), or from an epoch older than the one the group's transaction has
-        (INVALID_PRODUCER_EPOCH)."""
+        retries), or from an epoch older than the one the group's transaction has or one its
+        fence covers (INVALID_PRODUCER_EPOCH: a zombie; module doc)."""
         txn = self._txns.get((group_id, producer_id))
         if txn is None:
+            return
+        if txn.state is S.COMPLETE_ABORT:
+            if producer_epoch <= txn.producer_epoch:
+                raise InvalidProducerEpochError(
+                    f"Producer {producer_id} epoch {producer_epoch} is fenced on group "
+                    f"{group_id}: transactional id {txn.transactional_id} was initialized with "
+                    f"a newer epoch (epochs up to {txn.producer_epoch} are fenced)."
+                )
             return
         if txn.producer_epoch > producer_epoch:
             raise InvalidProducerEpochError(
@@ -203,7 +224,9 @@ class TransactionalOffsets:
         :meth:`check_producer`): its transaction record, ongoing; an ongoing transaction of an
         older epoch (never ended through us, hence aborted) goes first."""
         txn = self._txns.get((group_id, producer_id))
-        if txn is not None and txn.producer_epoch == producer_epoch:
+        if txn is not None and txn.state is S.COMPLETE_ABORT:
+            pass  # a fence of older epochs: the new transaction's record replaces it
+        elif txn is not None and txn.producer_epoch == producer_epoch:
             if txn.transactional_id == transactional_id:
                 return
         elif txn is not None:
@@ -251,7 +274,7 @@ class TransactionalOffsets:
         moved = []
         for group_id in sorted(self._groups_of.get(producer_id, ())):
             txn = self._txns[(group_id, producer_id)]
-            if txn.producer_epoch != producer_epoch:
+            if txn.producer_epoch != producer_epoch or txn.state is S.COMPLETE_ABORT:
                 continue
             if cmd.seen is not None and cmd.seen != (txn.state, txn.updated_ms):
                 continue  # not the transaction the caller asked about
@@ -300,7 +323,20 @@ class TransactionalOffsets:
         )
         dropped = []
         for (group_id, pid), txn in sorted(self._txns.items()):
-            if txn.transactional_id != transactional_id or txn.state is not S.ONGOING:
+            if txn.transactional_id != transactional_id:
+                continue
+            # The fence: the epochs before the new one (of another producer id: the aborted one).
+            fenced = producer_epoch - 1 if pid == producer_id else txn.producer_epoch
+            if txn.state is S.COMPLETE_ABORT:
+                if pid == producer_id and txn.producer_epoch < fenced:
+                    self._ctx.emit(
+                        result,
+                        r.group_transaction_record(
+                            group_id, pid, _fence(txn.transactional_id, fenced, now_ms)
+                        ),
+                    )
+                continue
+            if txn.state is not S.ONGOING:
                 continue
             if pid == producer_id and txn.producer_epoch >= producer_epoch:
                 continue
@@ -308,7 +344,13 @@ class TransactionalOffsets:
                 self._move(result, group_id, pid, txn, producer_id, producer_epoch, now_ms)
                 continue
             dropped.append(group_id)
-            self._close(result, group_id, pid, "aborted: the transactional id was initialized")
+            self._close(
+                result,
+                group_id,
+                pid,
+                "aborted: the transactional id was initialized",
+                fence=_fence(txn.transactional_id, fenced, now_ms),
+            )
         result.response = Ended(groups=tuple(dropped))
         return result
 
@@ -388,7 +430,16 @@ class TransactionalOffsets:
                 )
         self._close(result, group_id, producer_id, f"committed ({count} offsets)")
 
-    def _close(self, result: Result[Any], group_id: str, producer_id: int, outcome: str) -> None:
+    def _close(
+        self,
+        result: Result[Any],
+        group_id: str,
+        producer_id: int,
+        outcome: str,
+        fence: r.GroupTransactionValue | None = None,
+    ) -> None:
+        """Drop the producer's pending offsets of the group and its transaction record (or
+        write ``fence`` over it: an abort by InitProducerId)."""
         pending = self._pending.get(producer_id, {})
         for g, topic, partition in sorted(k for k in pending if k[0] == group_id):
             self._ctx.emit(
@@ -396,7 +447,7 @@ class TransactionalOffsets:
             )
         txn = self._txns.get((group_id, producer_id))
         if txn is not None:
-            self._ctx.emit(result, r.group_transaction_record(group_id, producer_id, None))
+            self._ctx.emit(result, r.group_transaction_record(group_id, producer_id, fence))
             result.events.append(
                 LogEvent(
                     event=Event.TRANSACTION_ENDED,
@@ -542,6 +593,16 @@ class TransactionalOffsets:
             if current is not None:
                 out.append(r.offset_commit_record(g, t, p, current))
         return out
+
+
+def _fence(transactional_id: str, epoch: int, now_ms: int) -> r.GroupTransactionValue:
+    """The record of a fence: the producer's epochs up to ``epoch`` refused (module doc)."""
+    return r.GroupTransactionValue(
+        transactional_id=transactional_id,
+        producer_epoch=epoch,
+        state=S.COMPLETE_ABORT,
+        updated_ms=now_ms,
+    )
 
 
 def pending_error(group_id: str, topic: str, partition: int) -> tuple[ErrorCode, str]:

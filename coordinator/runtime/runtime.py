@@ -679,9 +679,7 @@ class CoordinatorRuntime:
         now = self.clock.now_ms()
         ended = await self._on_shards(
             lambda s: s.producer_initialized(cmd, now),
-            concerned=lambda s: any(
-                t.transactional_id == cmd.transactional_id for t in s.transactions()
-            ),
+            concerned=lambda s: s.offsets.txn.knows_transactional_id(cmd.transactional_id),
         )
         return [g for e in ended for g in e.groups]
 

@@ -463,6 +463,50 @@ def test_transaction_version_2_adds_the_offsets_on_the_producers_behalf(
         assert server.stop() == 0, server.stderr_text()
 
 
+def test_a_zombie_producers_commit_after_a_new_init_producer_id_is_refused(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A new InitProducerId of the transactional id (epoch bumped) aborts the ongoing
+    transaction; the old producer (a zombie) committing offsets at its old epoch afterwards is
+    refused INVALID_PRODUCER_EPOCH at once, as Kafka's group coordinator refuses it, and
+    nothing becomes pending — also after a restart. (Before, the commit was accepted and its
+    offsets stayed pending until the new producer's next transaction aborted them.) The new
+    producer's transaction goes on as usual."""
+    server = serve(cluster, tmp_path / "data")
+    try:
+        c = server.client()
+        pid, epoch = begin(c, "t-zombie", "g-zombie", 5)
+        init: Any = c.call(request(22, 4, transactional_id="t-zombie", transaction_timeout=60_000))
+        assert (init.error_code, init.producer_id, init.producer_epoch) == (E.none, pid, epoch + 1)
+        assert fetch(c, "g-zombie") == (-1, E.none)  # its transaction aborted
+        zombie = {"transactional_id": "t-zombie", "producer_id": pid, "producer_epoch": epoch}
+        for version in (3, 4):
+            assert txn_commit(c, version, zombie, "g-zombie", [TOPIC]) == [
+                (TOPIC, [E.invalid_producer_epoch])
+            ]
+        assert fetch(c, "g-zombie") == (-1, E.none)  # nothing pending
+        c.close()
+        assert server.stop() == 0, server.stderr_text()
+        server = serve(cluster, tmp_path / "data")
+        c = server.client()
+        assert txn_commit(c, 3, zombie, "g-zombie", [TOPIC]) == [
+            (TOPIC, [E.invalid_producer_epoch])
+        ]
+        assert fetch(c, "g-zombie") == (-1, E.none)
+        producer = {**zombie, "producer_epoch": epoch + 1}
+        added: Any = c.call(request(25, 3, group_id="g-zombie", **producer))
+        assert added.error_code == E.none, added
+        assert txn_commit(c, 3, producer, "g-zombie", [TOPIC]) == [(TOPIC, [E.none])]
+        assert txn_commit(c, 3, zombie, "g-zombie", [TOPIC]) == [
+            (TOPIC, [E.invalid_producer_epoch])
+        ]
+        assert end_txn(c, producer) == E.none
+        assert fetch(c, "g-zombie") == (9, E.none)
+        c.close()
+    finally:
+        assert server.stop() == 0, server.stderr_text()
+
+
 def kip848(server: KafkaServer, *args: str) -> tuple[int, str, str]:
     done = subprocess.run(
         [sys.executable, "-m", "coordinator.cli", *args, "--bootstrap-server", server.grpc_address],

@@ -33,7 +33,7 @@ from coordinator.core.offsets import (
     TxnOffsetCommit,
 )
 from coordinator.core.records import TransactionState as S
-from coordinator.core.transactions import EndTxn, ProducerInitialized
+from coordinator.core.transactions import AddOffsetsToTxn, EndTxn, ProducerInitialized
 from coordinator.harness import Harness
 
 G = "grp"
@@ -337,6 +337,79 @@ def test_init_producer_id_aborts_ongoing_but_not_ending_transactions(h: Harness)
     end(h, S.PREPARE_COMMIT, True, epoch=4)
     res = h.run(lambda s: s.producer_initialized(initialized(5), h.now_ms))
     assert res.records == [] and res.response.groups == ()
+    replays(h)
+
+
+def test_a_zombies_commit_after_init_producer_id_is_refused_and_changes_nothing(
+    h: Harness,
+) -> None:
+    """The InitProducerId that aborts the producer's ongoing transaction leaves its epoch
+    behind in the group (``CompleteAbort`` at the epoch before the new one, as Kafka's abort
+    marker at the bumped epoch leaves the producer's epoch in the offsets partition): the old
+    producer's TxnOffsetCommit or AddOffsetsToTxn at an older epoch is refused
+    INVALID_PRODUCER_EPOCH, nothing written, while the new epoch's transaction begins over
+    it. The fence is no transaction: not listed, not ended by an EndTxn."""
+    txn_commit(h, {("in", 0): 10}, epoch=3)
+    res = h.run(lambda s: s.producer_initialized(initialized(4), h.now_ms))
+    assert res.records == [
+        r.txn_offset_commit_record(G, "in", 0, PID, None),
+        r.group_transaction_record(G, PID, txn(epoch=3, state=S.COMPLETE_ABORT)),
+    ]
+    assert res.response.groups == (G,)
+    assert h.shard.transactions() == []
+    before = h.shard.snapshot()
+    for epoch in (3, 2):
+        with pytest.raises(InvalidProducerEpochError) as err:
+            txn_commit(h, {("in", 0): 11}, epoch=epoch)
+        assert err.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert err.value.message == (
+            f"Producer {PID} epoch {epoch} is fenced on group {G}: transactional id {T} was "
+            "initialized with a newer epoch (epochs up to 3 are fenced)."
+        )
+        with pytest.raises(InvalidProducerEpochError):
+            h.run(
+                lambda s, e=epoch: s.add_offsets_to_txn(
+                    AddOffsetsToTxn(
+                        group_id=G, transactional_id=T, producer_id=PID, producer_epoch=e
+                    ),
+                    h.now_ms,
+                )
+            )
+    # The zombie's EndTxn (forwarded, then answered fenced) moves nothing.
+    assert end(h, S.PREPARE_COMMIT, True, epoch=3).records == []
+    assert end(h, None, False, epoch=3).records == []
+    assert h.shard.snapshot() == before
+    assert fetch(h, 0, stable=True) == [(-1, ErrorCode.NONE)]
+    replays(h)
+    # A newer InitProducerId raises the fence to the epoch before its own.
+    res = h.run(lambda s: s.producer_initialized(initialized(6), h.now_ms))
+    assert res.records == [r.group_transaction_record(G, PID, txn(epoch=5, state=S.COMPLETE_ABORT))]
+    assert res.response.groups == ()
+    with pytest.raises(InvalidProducerEpochError):
+        txn_commit(h, {("in", 0): 11}, epoch=5)
+    # The new epoch's transaction begins over the fence.
+    assert txn_commit(h, {("in", 0): 12}, epoch=6).records == [
+        r.group_transaction_record(G, PID, txn(epoch=6)),
+        r.txn_offset_commit_record(G, "in", 0, PID, pending(12, epoch=6)),
+    ]
+    with pytest.raises(InvalidProducerEpochError):
+        txn_commit(h, {("in", 0): 11}, epoch=5)
+    end(h, S.PREPARE_COMMIT, True, epoch=6)
+    end(h, None, True, epoch=6)
+    assert fetch(h, 0, stable=True) == [(12, ErrorCode.NONE)]
+    replays(h)
+
+
+def test_a_fence_goes_with_its_group(h: Harness) -> None:
+    """A group holding nothing but a fence has no transaction: offset expiry deletes it (as
+    DeleteGroups would), fence included."""
+    txn_commit(h, {("in", 0): 10}, epoch=3)
+    h.run(lambda s: s.producer_initialized(initialized(4), h.now_ms))
+    assert not h.shard.offsets.txn.has_transactions(G)
+    h.now_ms = 11 * 60_000
+    res = h.expire_offsets()
+    assert res.records == [r.group_transaction_record(G, PID, None)]
+    assert G not in h.shard.offsets.simple_groups()
     replays(h)
 
 
