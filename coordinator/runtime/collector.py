@@ -72,6 +72,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
+from typing import Any
 
 TICK_S = 0.01
 """How often the loop looks at what was allocated."""
@@ -86,6 +87,9 @@ SLICE_S = 0.002
 FREE_BUDGET = 256
 """What a dropped state machine frees per call (the slice's clock is read in between): groups,
 each counting 1 plus its members or offsets (``GroupCoordinatorShard.free``)."""
+FREE_SLICE = 500
+"""Items of a list :func:`free_gradually` frees at a go (a Metadata answer's topic of 3
+partitions, its entry and entity: some 30 objects, 0.5 µs each)."""
 
 log = logging.getLogger("kip848.runtime")
 
@@ -193,6 +197,20 @@ def collect_dropped() -> None:
     runs a full collection, freezing what survives (module docstring); else nothing."""
     if _running is not None:
         _running._dropped = True
+
+
+def free_gradually(*owned: list[Any]) -> None:
+    """Empty each list of ``owned`` (lists this thread made; their items may still be referred
+    to elsewhere) :data:`FREE_SLICE` items at a time, from its end. For a thread that built a
+    large answer or read a large log off the loop: freeing it in one go is one cascade of
+    deallocations in C, during which the thread keeps the interpreter's lock — the loop waits
+    for it, however short the switch interval (a 100,000-topic Metadata answer's entries and
+    entities: 45-55 ms; the keys a cluster log's reload read: 45-140 ms). Between two slices
+    the thread hands the lock over to the loop when it asks. Free a container that refers to
+    the items before the list (only references to drop, 1-2 ms at 100,000)."""
+    for items in owned:
+        while items:
+            del items[-FREE_SLICE:]
 
 
 def free_dropped(free: Callable[[int], bool], witness: object, what: str) -> None:

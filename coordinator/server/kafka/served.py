@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from coordinator.core.errors import ErrorCode
-from coordinator.runtime.collector import no_collections
+from coordinator.runtime.collector import free_gradually, no_collections
 
 from ..api import Caller, Node
 from ..authorization import DESCRIBE, GROUP, TOPIC
@@ -334,16 +334,22 @@ class KafkaApis:
         """A Metadata answer's frame (:meth:`metadata`). One listing more than
         :data:`ENCODE_INLINE` topics is built and encoded on a thread, from the topics as
         ListTopics answered them (immutable): at 100,000 topics that took the loop 2-3 s of
-        its CPU in one step, 0.3-0.5 s at 10,000."""
+        its CPU in one step, 0.3-0.5 s at 10,000. The thread frees what it built a slice at a
+        time (``collector.free_gradually``)."""
         listing: list[Any] = []
         values = await self.metadata(req, version, caller, listing)
         node_id = values["controller_id"]
 
         def encode() -> bytes:
-            # What is built here is freed here (a thread's: never by the loop).
-            answer = {**values, "topics": [_listed(t, node_id) for t in listing]}
-            body = wire.build(wire.response_class(apis.METADATA, version), answer)
-            return wire.frame(apis.METADATA, version, correlation_id, body)
+            # What is built here is freed here (a thread's: never by the loop), a slice at a
+            # time: in one go, the loop waited 45-55 ms for the interpreter's lock at 100,000.
+            entries = [_listed(t, node_id) for t in listing]
+            body = wire.build(wire.response_class(apis.METADATA, version), values, topics=entries)
+            framed = wire.frame(apis.METADATA, version, correlation_id, body)
+            entities = list(body.topics)
+            del body
+            free_gradually(entries, entities)
+            return framed
 
         if not listing:
             body = wire.build(wire.response_class(apis.METADATA, version), values)

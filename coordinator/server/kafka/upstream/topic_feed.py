@@ -45,6 +45,7 @@ from coordinator.core.errors import (
 from coordinator.core.model import ZERO_TOPIC_ID, PartitionRacks, make_partition_racks
 from coordinator.core.topics import NewTopic, SnapshotChanges, TopicResult, check_topic_name
 from coordinator.runtime import CoordinatorRuntime, RuntimeState
+from coordinator.runtime.collector import free_gradually
 
 from .. import wire
 from ..convert import topic_id_of
@@ -318,7 +319,8 @@ class TopicFeed:
         snapshot (:func:`snapshot_of`) and planned against the registry on a thread, where
         all of it is freed (``CoordinatorRuntime.follow_topic_snapshot``): only the plan
         comes back to the loop, nothing when nothing changed. At 100,000 topics the decoding
-        took the loop 0.7-1 s, the snapshot 0.9 s, their freeing 70 ms."""
+        took the loop 0.7-1 s, the snapshot 0.9 s, their freeing 70 ms (freed on the thread
+        a slice at a time: ``collector.free_gradually``)."""
         if self.runtime.state is not RuntimeState.ACTIVE:
             raise CoordinatorError(f"the coordinator is {self.runtime.state.value}")
         version = self.upstream.version_for(3, METADATA_VERSION_CAP)
@@ -338,7 +340,12 @@ class TopicFeed:
         def snapshot() -> tuple[list[NewTopic], list[str]]:
             meta = wire.decode_response(3, version, frame, pos)
             brokers[:] = meta.brokers
-            return snapshot_of(meta)
+            decoded = list(meta.topics)
+            try:
+                return snapshot_of(meta)
+            finally:
+                del meta
+                free_gradually(decoded)  # in one go: 25 ms of the loop at 100,000 topics
 
         try:
             changes = await self.runtime.follow_topic_snapshot(snapshot)
