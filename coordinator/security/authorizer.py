@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from .acls import (
@@ -204,39 +205,26 @@ class Authorizer:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        decision = self._decide(*key)
+        decision = _decide(self._index, self.config, *key)
         if len(self._cache) >= CACHE_LIMIT:
             self._cache.clear()
         self._cache[key] = decision
         return decision
 
-    def _decide(self, *question: Any) -> bool:
-        principal, host, op, rtype, name = question
-        host = host.lstrip("/")
-        operation, resource_type = AclOperation(op), ResourceType(rtype)
-        who = str(principal)
-        if who in self.config.super_users:
-            return True
-        applying = self._index.applying(resource_type, name)
-        if not applying:
-            return self.config.allow_everyone_if_no_acl_found
-        implied = IMPLIED_BY_ALLOW.get(operation, frozenset())
-        allowed = False
-        for b in applying:
-            if b.principal != who and b.principal != WILDCARD_PRINCIPAL:
-                continue
-            if b.host != host and b.host != WILDCARD_HOST:
-                continue
-            if b.permission_type is AclPermissionType.DENY:
-                if b.operation is operation or b.operation is AclOperation.ALL:
-                    return False
-            elif (
-                b.operation is operation
-                or b.operation is AclOperation.ALL
-                or b.operation in implied
-            ):
-                allowed = True
-        return allowed
+    def pinned(self) -> Callable[[KafkaPrincipal, str, int, int, str], bool]:
+        """:meth:`authorize` as the ACLs are now, for another thread: over the ACLs' index of
+        this generation (a change of the ACLs makes another; this one stays as it is), without
+        the cache; what it decides is what :meth:`authorize` decides now. (A Metadata answer
+        of every topic is filtered and given its topics' authorized operations off the loop,
+        from one state of the ACLs.)"""
+        if self._ready is not None and not self.ready:
+            supers = self.config.super_users
+            return lambda principal, *_question: str(principal) in supers
+        if self.metadata.acl_generation != self._generation:
+            self._refresh()
+        if self._open:
+            return lambda *_question: True
+        return partial(_decide, self._index, self.config)
 
     def authorize_by_resource_type(
         self, principal: KafkaPrincipal, host: str, operation: int, resource_type: int
@@ -290,3 +278,29 @@ class Authorizer:
         hook = self.on_refused
         if hook is not None:
             hook(refusal)
+
+
+def _decide(index: _Index, config: AuthorizerConfig, *question: Any) -> bool:
+    """The decision over ``index`` with ``config`` (the module doc's rules 1-4; pure)."""
+    principal, host, op, rtype, name = question
+    host = host.lstrip("/")
+    operation, resource_type = AclOperation(op), ResourceType(rtype)
+    who = str(principal)
+    if who in config.super_users:
+        return True
+    applying = index.applying(resource_type, name)
+    if not applying:
+        return config.allow_everyone_if_no_acl_found
+    implied = IMPLIED_BY_ALLOW.get(operation, frozenset())
+    allowed = False
+    for b in applying:
+        if b.principal != who and b.principal != WILDCARD_PRINCIPAL:
+            continue
+        if b.host != host and b.host != WILDCARD_HOST:
+            continue
+        if b.permission_type is AclPermissionType.DENY:
+            if b.operation is operation or b.operation is AclOperation.ALL:
+                return False
+        elif b.operation is operation or b.operation is AclOperation.ALL or b.operation in implied:
+            allowed = True
+    return allowed

@@ -254,3 +254,15 @@ class AlterScramCredentials:
         return list(
             dict.fromkeys([*(d.name for d in self.deletions), *(u.name for u in self.upsertions)])
         )
+
+
+class EveryTopic:
+    """ListTopics asked by a caller that leaves out the topics the client may not describe
+    itself, off the loop: every topic (the Kafka listener's Metadata of every topic,
+    ``kafka/served.py``, with ``RequestAuthorizer.pinned``)."""
+
+    __slots__ = ()
+
+
+EVERY_TOPIC = EveryTopic()
+"""The one :class:`EveryTopic` request."""

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import TypeVar
 
 from coordinator.core.errors import (
@@ -231,11 +232,16 @@ class RequestAuthorizer:
     def authorized_operations(self, caller: Caller, resource_type: int, name: str) -> int:
         """Kafka's "authorized operations" bit field of a resource for the caller (bit n:
         operation n allowed), over the operations its type has (silent)."""
-        bits = 0
-        for op in SUPPORTED_OPERATIONS[ResourceType(resource_type)]:
-            if self.may(caller, int(op), resource_type, name):
-                bits |= 1 << int(op)
-        return bits
+        return operations_of(partial(self.may, caller), resource_type, name)
+
+    def pinned(self, caller: Caller) -> Callable[[int, int, str], bool]:
+        """:meth:`may` for ``caller`` as the ACLs are now, for another thread (silent; pure
+        over one state of the ACLs: ``Authorizer.pinned``)."""
+        decide = self.authorizer.pinned()
+        principal, host = caller.principal, caller.client_host
+        return lambda operation, resource_type, name: decide(
+            principal, host, operation, resource_type, name
+        )
 
     def cluster_operations(self, caller: Caller) -> int:
         """The cluster's authorized operations as Metadata and DescribeCluster answer them
@@ -370,3 +376,13 @@ class RequestAuthorizer:
                 )
             )
         return replace(answer, topics=(*out, *denied))
+
+
+def operations_of(may: Callable[[int, int, str], bool], resource_type: int, name: str) -> int:
+    """Kafka's "authorized operations" bit field of a resource (bit n: operation n allowed),
+    over the operations its type has, as ``may`` (operation, resource type, name) decides."""
+    bits = 0
+    for op in SUPPORTED_OPERATIONS[ResourceType(resource_type)]:
+        if may(int(op), resource_type, name):
+            bits |= 1 << int(op)
+    return bits

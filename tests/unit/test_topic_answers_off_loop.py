@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import threading
 import uuid
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from builders import make_runtime
+from test_server_authorization import ADMIN, ALICE, OP, acl, grant
 from test_server_services import Ctx
 
 from coordinator.core.topics import NewTopic
+from coordinator.security.acls import SUPPORTED_OPERATIONS, ResourceType
+from coordinator.security.authorizer import Authorizer, AuthorizerConfig
 from coordinator.server import services
-from coordinator.server.api import Caller, Node
+from coordinator.server.api import Caller, Node, TopicChanges
 from coordinator.server.kafka import served as served_module
 from coordinator.server.kafka import wire
 from coordinator.server.kafka.served import KafkaApis
@@ -103,5 +107,71 @@ async def test_a_grpc_list_of_many_topics_is_converted_off_the_loop(
     assert answer == inline
     assert [(t.name, t.num_partitions) for t in answer.topics] == [
         (n, i + 1) for i, n in enumerate(NAMES)
+    ]
+    await rt.close()
+
+
+async def test_a_metadata_answer_of_every_topic_with_acls_and_operations_is_built_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ACLs on, and Metadata of every topic asking for each topic's authorized operations:
+    alice may describe ``pay-`` topics (READ on pay-eu, DESCRIBE on the prefix), not
+    ``secret`` (another user's ACL), and ``public`` has none (allowed: no ACL applies). Off
+    the loop past one topic with operations (OPERATIONS_INLINE), no response built and no
+    ACL decided on the loop's thread, per topic or otherwise; the same frame as built on the
+    loop: ``secret`` left out, each other topic with alice's operations (READ implies
+    DESCRIBE). Before, every topic's check and operations were decided on the loop (8 a
+    topic, the answer built there)."""
+    rt = make_runtime()
+    await rt.start()
+    service = CoordinatorService(
+        rt, authorizer=AuthorizerConfig(super_users=frozenset({"User:admin"}))
+    )
+    names = ("pay-eu", "pay-us", "public", "secret")
+    await service.create_topics(
+        TopicChanges(entries=[NewTopic(name=n, num_partitions=2) for n in names]), ADMIN
+    )
+    await grant(
+        service,
+        acl(2, "pay-eu", OP.READ),
+        acl(2, "pay-", OP.DESCRIBE, pattern=4),
+        acl(2, "secret", OP.READ, principal="User:other"),
+    )
+    served = KafkaApis(SimpleNamespace(service=service, upstream=None, txn=None))  # type: ignore[arg-type]
+    alice = replace(ALICE, node=Node(node_id=7, host="h", port=9092), api_version=12)
+    asked = wire.build(
+        wire.request_class(3, 12),
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=True,
+    )
+    inline = await served.metadata_frame(asked, 12, 1, alice)
+    on_loop: list[str] = []
+    build, authorize = wire.build, Authorizer.authorize
+    loop_thread = threading.get_ident()
+
+    def watched_build(cls: Any, *args: Any, **kw: Any) -> Any:
+        if cls is wire.response_class(3, 12) and threading.get_ident() == loop_thread:
+            on_loop.append("built")
+        return build(cls, *args, **kw)
+
+    def watched_authorize(self: Authorizer, *question: Any) -> bool:
+        if threading.get_ident() == loop_thread:
+            on_loop.append(f"decided {question[-1]}")
+        return authorize(self, *question)
+
+    monkeypatch.setattr(wire, "build", watched_build)
+    monkeypatch.setattr(Authorizer, "authorize", watched_authorize)
+    monkeypatch.setattr(served_module, "OPERATIONS_INLINE", 1, raising=False)
+    frame = await served.metadata_frame(asked, 12, 1, alice)
+    assert frame == inline
+    assert on_loop == []
+    answer = wire.decode_response(3, 12, frame, 9)
+    read_describe = (1 << OP.READ) | (1 << OP.DESCRIBE)
+    every = sum(1 << int(op) for op in SUPPORTED_OPERATIONS[ResourceType.TOPIC])
+    assert [(t.name, t.topic_authorized_operations) for t in answer.topics] == [
+        ("pay-eu", read_describe),
+        ("pay-us", 1 << OP.DESCRIBE),
+        ("public", every),
     ]
     await rt.close()

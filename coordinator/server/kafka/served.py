@@ -27,8 +27,8 @@ from typing import Any, Protocol
 from coordinator.core.errors import ErrorCode
 from coordinator.runtime.collector import free_gradually, no_collections
 
-from ..api import Caller, Node
-from ..authorization import DESCRIBE, GROUP, TOPIC
+from ..api import EVERY_TOPIC, Caller, Node
+from ..authorization import DESCRIBE, GROUP, TOPIC, operations_of
 from ..codec import AUTHORIZED_OPERATIONS_OMITTED
 from ..service import CoordinatorService
 from . import (
@@ -53,7 +53,9 @@ STEADY_CACHE = 65_536
 _SOFTWARE = re.compile(r"^[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?$")
 ENCODE_INLINE = 1000
 """A Metadata answer listing more topics than this is built and encoded off the loop
-(:meth:`KafkaApis.metadata_frame`)."""
+(:meth:`KafkaApis.metadata_frame`)..."""
+OPERATIONS_INLINE = 100
+"""... or more than this with each topic's authorized operations (8 checks a topic)."""
 GUARDED_SERVED = frozenset({apis.METADATA, describe_partitions.KEY})
 """Forwarded APIs served in order while guarded: their answers are the broker's, filtered."""
 
@@ -331,19 +333,30 @@ class KafkaApis:
     async def metadata_frame(
         self, req: Any, version: int, correlation_id: int, caller: Caller
     ) -> bytes:
-        """A Metadata answer's frame (:meth:`metadata`). One listing more than
-        :data:`ENCODE_INLINE` topics is built and encoded on a thread, from the topics as
-        ListTopics answered them (immutable): at 100,000 topics that took the loop 2-3 s of
-        its CPU in one step, 0.3-0.5 s at 10,000. The thread frees what it built a slice at a
-        time (``collector.free_gradually``)."""
+        """A Metadata answer's frame (:meth:`metadata`). One of every topic is built from the
+        topics as ListTopics answered them (immutable), those the caller may not describe
+        left out and, asked for, each topic's authorized operations found over the ACLs as
+        they were then (``RequestAuthorizer.pinned``): on a thread beyond
+        :data:`ENCODE_INLINE` topics (:data:`OPERATIONS_INLINE` with their operations). At
+        100,000 topics that took the loop 2-3 s of its CPU in one step, 0.3-0.5 s at 10,000
+        (with ACLs, their check and operations too). The thread frees what it built a slice
+        at a time (``collector.free_gradually``)."""
         listing: list[Any] = []
         values = await self.metadata(req, version, caller, listing)
         node_id = values["controller_id"]
+        with_ops = bool(getattr(req, "include_topic_authorized_operations", False))
+        may = self.listener.service.authz.pinned(caller) if listing else None
 
         def encode() -> bytes:
             # What is built here is freed here (a thread's: never by the loop), a slice at a
             # time: in one go, the loop waited 45-55 ms for the interpreter's lock at 100,000.
-            entries = [_listed(t, node_id) for t in listing]
+            assert may is not None
+            omitted = AUTHORIZED_OPERATIONS_OMITTED
+            entries = [
+                _listed(t, node_id, operations_of(may, TOPIC, t.name) if with_ops else omitted)
+                for t in listing
+                if may(DESCRIBE, TOPIC, t.name)
+            ]
             body = wire.build(wire.response_class(apis.METADATA, version), values, topics=entries)
             framed = wire.frame(apis.METADATA, version, correlation_id, body)
             entities = list(body.topics)
@@ -354,7 +367,7 @@ class KafkaApis:
         if not listing:
             body = wire.build(wire.response_class(apis.METADATA, version), values)
             return wire.frame(apis.METADATA, version, correlation_id, body)
-        if len(listing) <= ENCODE_INLINE:
+        if len(listing) <= (OPERATIONS_INLINE if with_ops else ENCODE_INLINE):
             return encode()
 
         def off_the_loop() -> bytes:
@@ -378,16 +391,19 @@ class KafkaApis:
         node = caller.node or Node(node_id=0, host="", port=0)
         routing = self.listener.service.routing
         brokers = [node] if routing is None else routing.kafka_nodes(node)
-        reply = await self.listener.service.list_topics(None, caller)
+        wanted = req.topics
+        every = wanted is None or (version == 0 and not wanted)
+        # Every topic for metadata_frame, which leaves out those the caller may not describe.
+        asked = EVERY_TOPIC if every and listing is not None else None
+        reply = await self.listener.service.list_topics(asked, caller)
         registry = reply.value or []
         readable = not reply.error_code
-        wanted = req.topics
         with_ops = bool(getattr(req, "include_topic_authorized_operations", False))
         chosen: list[tuple[Any, str, Any]] = []
-        if wanted is None or (version == 0 and not wanted):
+        if every:
             if not readable:
                 brokers = []
-            if listing is not None and not with_ops:
+            if listing is not None:
                 listing += registry  # each topic's entry built by the caller (_listed)
             else:
                 chosen = [(t, t.name, None) for t in registry]
