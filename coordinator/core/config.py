@@ -61,6 +61,9 @@ class GroupCoordinatorConfig:
     the write before it) to be durable before it is answered COORDINATOR_NOT_AVAILABLE (the
     write goes on; ``coordinator/runtime/driver.py``, "Write timeout")."""
     offset_metadata_max_bytes: int = 4_096
+    producer_id_expiration_ms: int = 86_400_000
+    """Kafka's ``producer.id.expiration.ms``: how long a group keeps a producer's fenced epochs
+    (``core/transactions.py``) after the InitProducerId that fenced them."""
     transactional_id_expiration_ms: int = 604_800_000
     """Kafka's ``transactional.id.expiration.ms``: among several nodes, a transactional id's
     mapping to its group (``core/transactional_ids.py``) is removed once the id has had no
@@ -179,6 +182,7 @@ CONFIG_SPECS: dict[str, _Spec] = {
     "offsets.retention.check.interval.ms": ("offsets_retention_check_interval_ms", _int, 1, None),
     "offsets.commit.timeout.ms": ("offsets_commit_timeout_ms", _int, 1, INT_MAX),
     "offset.metadata.max.bytes": ("offset_metadata_max_bytes", _int, 0, None),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", _int, 1, INT_MAX),
     "transactional.id.expiration.ms": ("transactional_id_expiration_ms", _int, 1, INT_MAX),
     "transaction.remove.expired.transaction.cleanup.interval.ms": (
         "transactional_id_cleanup_interval_ms",

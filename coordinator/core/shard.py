@@ -324,6 +324,7 @@ class GroupCoordinatorShard(Generic[C]):
     def _expire_offsets(self, now_ms: int) -> Result[None]:
         result: Result[None] = Result()
         classic = self.classic_groups
+        self.offsets.txn.expire_fences(result, now_ms)  # producer.id.expiration.ms
         for gid in sorted(self.offsets.simple_groups() | set(self.groups) | set(classic)):
             group = self.groups.get(gid)
             subscribed: Container[str] = ()

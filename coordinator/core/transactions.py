@@ -26,7 +26,9 @@ Kafka listener, which tells this component what it saw (docs/kafka.md, "Transact
   partition: the old producer (a zombie) committing at a fenced epoch is refused
   INVALID_PRODUCER_EPOCH at once, nothing written. A fence is no transaction (not listed, not
   ended by an EndTxn, no reason to keep its group); the producer's next transaction in the
-  group replaces it, a later InitProducerId raises it, and the group's deletion drops it;
+  group replaces it, a later InitProducerId raises it, and the group's deletion drops it, as
+  does the periodic cleanup ``producer.id.expiration.ms`` after it was written (Kafka expires a
+  producer's state in a partition after as long);
 * a TxnOffsetCommit or AddOffsetsToTxn of a newer epoch of the same producer id finds the older
   ongoing transaction aborted for the same reason.
 
@@ -488,6 +490,14 @@ class TransactionalOffsets:
             for topic, partition in sorted(self._open[group_id]):
                 if topic in deleted:
                     self.delete_partition(result, group_id, topic, partition)
+
+    def expire_fences(self, result: Result[Any], now_ms: int) -> None:
+        """The periodic cleanup: the fences written ``producer.id.expiration.ms`` or more
+        before ``now_ms`` go (module doc)."""
+        ttl = self._ctx.config.producer_id_expiration_ms
+        for (g, pid), v in sorted(self._txns.items()):
+            if v.state is S.COMPLETE_ABORT and now_ms - v.updated_ms >= ttl:
+                self._ctx.emit(result, r.group_transaction_record(g, pid, None))
 
     def has_open(self, group_id: str) -> bool:
         """Does the group hold offsets pending in a transaction (which a replayed plain commit

@@ -869,9 +869,18 @@ class FakeNode:
             return None, INVALID_PRODUCER_EPOCH
         return t, 0
 
-    def api_25(self, req: Any, _version: int) -> dict[str, Any]:
+    def api_25(self, req: Any, version: int) -> dict[str, Any]:
+        """AddOffsetsToTxn; an older epoch is PRODUCER_FENCED from v2 (KIP-588), as Kafka's."""
         with self.cluster.lock:
             t, code = self._producer(req)
+            known = self.cluster.txns.get(req.transactional_id)
+            if (
+                code == INVALID_PRODUCER_EPOCH
+                and version >= 2
+                and known is not None
+                and req.producer_epoch < known.producer_epoch
+            ):
+                code = 90  # PRODUCER_FENCED
             if t is not None:
                 if t.state != "Ongoing":
                     t.state, t.groups = "Ongoing", set()

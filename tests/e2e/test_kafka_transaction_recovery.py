@@ -484,6 +484,13 @@ def test_a_zombie_producers_commit_after_a_new_init_producer_id_is_refused(
             assert txn_commit(c, version, zombie, "g-zombie", [TOPIC]) == [
                 (TOPIC, [E.invalid_producer_epoch])
             ]
+        # v5 (transaction version 2): the transaction coordinator refuses the offsets added
+        # on the zombie's behalf (PRODUCER_FENCED), answered INVALID_PRODUCER_EPOCH as Kafka.
+        adds = len(cluster.requests(25))
+        assert txn_commit(c, 5, zombie, "g-zombie", [TOPIC]) == [
+            (TOPIC, [E.invalid_producer_epoch])
+        ]
+        assert len(cluster.requests(25)) == adds + 1
         assert fetch(c, "g-zombie") == (-1, E.none)  # nothing pending
         c.close()
         assert server.stop() == 0, server.stderr_text()

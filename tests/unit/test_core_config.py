@@ -35,6 +35,7 @@ KAFKA_DEFAULTS = {
     "offsets.retention.minutes": "10080",
     "offsets.retention.check.interval.ms": "600000",
     "offset.metadata.max.bytes": "4096",
+    "producer.id.expiration.ms": "86400000",
     "transactional.id.expiration.ms": "604800000",
     "transaction.remove.expired.transaction.cleanup.interval.ms": "3600000",
     "group.min.session.timeout.ms": "6000",

@@ -413,6 +413,30 @@ def test_a_fence_goes_with_its_group(h: Harness) -> None:
     replays(h)
 
 
+def test_a_fence_expires_after_producer_id_expiration_ms() -> None:
+    """In a group that stays (a committed offset), the fence goes with the periodic cleanup
+    once ``producer.id.expiration.ms`` passed since the InitProducerId that wrote it (Kafka
+    expires the producer's state in the partition after as long)."""
+    h = Harness(
+        config=GroupCoordinatorConfig(
+            offsets_retention_minutes=10, producer_id_expiration_ms=60_000
+        )
+    )
+    h.create_topic("in", 2)
+    h.commit(G, "", -1, {("in", 1): 2})
+    txn_commit(h, {("in", 0): 10}, epoch=3)
+    h.now_ms = 1_000
+    h.run(lambda s: s.producer_initialized(initialized(4), h.now_ms))
+    h.now_ms = 60_999
+    assert h.expire_offsets().records == []
+    with pytest.raises(InvalidProducerEpochError):
+        txn_commit(h, {("in", 0): 11}, epoch=3)
+    h.now_ms = 61_000
+    assert h.expire_offsets().records == [r.group_transaction_record(G, PID, None)]
+    assert G in h.shard.offsets.simple_groups()
+    replays(h)
+
+
 def test_a_transaction_kept_by_init_producer_id_goes_on_under_the_new_epoch(h: Harness) -> None:
     """KIP-939: an InitProducerId with KeepPreparedTxn bumps the epoch but keeps the ongoing
     transaction (the answer's OngoingTxnProducerId/Epoch name it); its EndTxn comes with the

@@ -14,7 +14,8 @@ The listener serves four APIs around the upstream's transaction coordinator:
   (``CoordinatorService.txn_offset_commit``): the offsets are pending for the producer. A v5+
   request (transaction version 2: producers no longer send AddOffsetsToTxn) is authorized,
   then preceded by an AddOffsetsToTxn to the upstream's transaction coordinator on the
-  producer's behalf.
+  producer's behalf; its refusal refuses the commit (PRODUCER_FENCED as INVALID_PRODUCER_EPOCH,
+  as Kafka's transaction verification answers its group coordinator).
 * **EndTxn (26)** — forwarded, in two steps around it: first the groups holding the producer's
   transaction record that its end is on its way (PREPARE_COMMIT/PREPARE_ABORT, durable), then
   the upstream's answer decides: NONE commits or aborts the pending offsets (records); a fenced
@@ -406,6 +407,8 @@ class TransactionBridge:
             code = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         if code == 0:
             return None
+        if code == PRODUCER_FENCED:  # Kafka's verification answers its group coordinator so
+            code = INVALID_PRODUCER_EPOCH
         failed = _Failed(code, f"The transaction coordinator answered {_name(code)}.")
         return Reply(value=commit_error_response(txn_offset_commit_in(req, None), failed))
 
