@@ -39,9 +39,10 @@ from typing import Any, Protocol
 from coordinator.core.errors import ErrorCode
 from coordinator.security.acls import CLUSTER_NAME, AclOperation
 
-from ..authorization import CLUSTER, CREATE, DELETE, DESCRIBE, READ, TOPIC, WRITE
+from ..authorization import CLUSTER, CREATE, DELETE, DESCRIBE, READ, TOPIC, WRITE, operations_of
 from . import admin_guard, apis, txn_guard, wire
 from .convert import topic_id_of
+from .upstream import metadata_answers
 
 log = logging.getLogger("kip848.kafka")
 
@@ -375,10 +376,12 @@ async def metadata(
             )
         asked = {t.name or getattr(t, "topic_id", None) for t in kept}
     answer = await upstream.forward_future(conn, key, version, frame)
+    with_ops = bool(getattr(entity, "include_topic_authorized_operations", False))
+    if not named and len(answer) > metadata_answers.INLINE_BYTES:
+        return await _every_topic_off_loop(conn, version, caller, entity, answer, with_ops)
     answer = upstream.rewrite(key, version, answer, conn.security)
     correlation_id, resp = admin_guard.read_response(key, version, answer)
     values = wire.as_values(resp)
-    with_ops = bool(getattr(entity, "include_topic_authorized_operations", False))
     out = []
     for t in values["topics"]:
         topic_id = t.get("topic_id")
@@ -406,3 +409,45 @@ async def metadata(
             admin_guard.Guard(conn, caller, version, "Metadata")
         )
     return wire.frame(key, version, correlation_id, wire.build(type(resp), values))
+
+
+async def _every_topic_off_loop(
+    conn: GuardedConnection,
+    version: int,
+    caller: Any,
+    entity: Any,
+    answer: bytes,
+    with_ops: bool,
+) -> bytes:
+    """:func:`metadata`'s answer of every topic, a large one (``metadata_answers``): the
+    broker's answer decoded, filtered and encoded on threads, the topics the client may
+    describe kept (with its operations on them, asked for) as the ACLs were when the answer
+    came (``RequestAuthorizer.pinned``), a topic given by id alone named by the registry's
+    topics as they were then; the same answer as filtered on the loop."""
+    service = conn.listener.service
+    upstream = conn.listener.upstream
+    assert upstream is not None
+    may = service.authz.pinned(caller)
+    by_id = service.runtime.registry.image().by_id  # immutable
+
+    def keep(t: Any) -> Any:
+        name = t.name
+        if not name and isinstance(t.topic_id, uuid.UUID):
+            found = by_id.get(topic_id_of(t.topic_id))
+            name = "" if found is None else found.name
+        if not (name and may(DESCRIBE, TOPIC, name)):
+            return None  # "all topics": left out, silently
+        if with_ops:  # the client's, not the coordinator's the broker saw (Kafka)
+            ops = operations_of(may, TOPIC, name)
+            return dataclasses.replace(t, topic_authorized_operations=ops)
+        return t
+
+    cluster_operations = None
+    if getattr(entity, "include_cluster_authorized_operations", False):
+        cluster_operations = admin_guard.cluster_operations(
+            admin_guard.Guard(conn, caller, version, "Metadata")
+        )
+    brokers_of = partial(upstream.metadata_brokers, security=conn.security)
+    return await metadata_answers.rewritten(
+        brokers_of, version, answer, None, keep, cluster_operations
+    )

@@ -44,7 +44,7 @@ from ...security_config import UpstreamSecurity
 from ...tls import client_context, keep_alive
 from .. import apis, wire
 from ..convert import topic_id_of
-from . import sasl_client
+from . import metadata_answers, sasl_client
 from .interfaces import ClientConnection, NodePorts, UpstreamTimedOut
 
 if TYPE_CHECKING:
@@ -490,13 +490,7 @@ class Upstream:
         ours = self._ours_for(security)
         changed = False
         if key == apis.METADATA:
-            values["brokers"] = [self._broker(b, "node_id", ours) for b in values["brokers"]]
-            here = ours.get(self.bootstrap_node)
-            if self.coordinator_brokers is not None and here is not None:
-                values["brokers"] += [
-                    {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": None}
-                    for n in self.coordinator_brokers(here)
-                ]
+            values["brokers"] = self.metadata_brokers(values["brokers"], security)
             changed = True
             if named is not None:
                 named += [
@@ -524,6 +518,21 @@ class Upstream:
             return struct.pack(">i", len(frame)) + frame
         body = wire.build(type(resp), values)
         return wire.frame(key, version, struct.unpack_from(">i", frame)[0], body)
+
+    def metadata_brokers(
+        self, brokers: list[dict[str, Any]], security: ListenerSecurity | None
+    ) -> list[dict[str, Any]]:
+        """A Metadata answer's brokers as the listener with ``security`` names them (its ports
+        for them), and the coordinator nodes after them."""
+        ours = self._ours_for(security)
+        out = [self._broker(b, "node_id", ours) for b in brokers]
+        here = ours.get(self.bootstrap_node)
+        if self.coordinator_brokers is not None and here is not None:
+            out += [
+                {"node_id": n.node_id, "host": n.host, "port": n.port, "rack": None}
+                for n in self.coordinator_brokers(here)
+            ]
+        return out
 
     def _ours_for(self, security: ListenerSecurity | None) -> dict[int, Node]:
         for entry in self._bound:
@@ -634,6 +643,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.buffer = bytearray()
         self.closed = False
         self.reading_paused = False  # the client is not taking its answers
+        self.rewriting: set[asyncio.Task[None]] = set()  # large Metadata answers, off the loop
         self._timer: asyncio.TimerHandle | None = None  # at the earliest deadline, or later
         self._timer_at = 0.0
         self.loop = loop = asyncio.get_running_loop()
@@ -770,6 +780,10 @@ class UpstreamConnection(asyncio.Protocol):
                 else:
                     out = bytes(view[pos : pos + 4 + size])
             named: list[tuple[str, str]] = []
+            if rewrite and key == apis.METADATA and size > metadata_answers.INLINE_BYTES:
+                pos += 4 + size
+                self._rewrite_off_loop(sink, version, frame, then)
+                continue
             try:
                 if rewrite:
                     out = self.upstream.rewrite(key, version, frame, self.client.security, named)
@@ -779,16 +793,43 @@ class UpstreamConnection(asyncio.Protocol):
                 self.client.fail(f"unreadable upstream response: {exc}")
                 return
             pos += 4 + size
-            changed = self.upstream.on_topics_changed if key in TOPIC_CHANGING else None
-            listed = self.upstream.on_topics_named if named else None
-            if changed is not None:
-                changed(partial(self._deliver, sink, out))
-            elif listed is not None:
-                listed(named, partial(self._deliver, sink, out))
-            else:
-                self._deliver(sink, out)
+            self._answered(sink, key, out, named)
         if pos:
             del buf[:pos]
+
+    def _answered(self, sink: object, key: int, out: bytes, named: list[tuple[str, str]]) -> None:
+        changed = self.upstream.on_topics_changed if key in TOPIC_CHANGING else None
+        listed = self.upstream.on_topics_named if named else None
+        if changed is not None:
+            changed(partial(self._deliver, sink, out))
+        elif listed is not None:
+            listed(named, partial(self._deliver, sink, out))
+        else:
+            self._deliver(sink, out)
+
+    def _rewrite_off_loop(
+        self, sink: object, version: int, frame: bytes, then: Callable[[bytes], bytes] | None
+    ) -> None:
+        """A large Metadata answer rewritten on threads (``metadata_answers``), then answered
+        as :meth:`data_received` answers the others (the client's answers stay in its order:
+        its slots)."""
+        security = self.client.security
+
+        async def rewrite() -> None:
+            named: list[tuple[str, str]] = []
+            try:
+                brokers_of = partial(self.upstream.metadata_brokers, security=security)
+                out = await metadata_answers.rewritten(brokers_of, version, frame, named)
+                if then is not None:
+                    out = then(out)
+            except wire.WireError as exc:
+                self.client.fail(f"unreadable upstream response: {exc}")
+                return
+            self._answered(sink, apis.METADATA, out, named)
+
+        task = asyncio.get_running_loop().create_task(rewrite())
+        self.rewriting.add(task)
+        task.add_done_callback(self.rewriting.discard)
 
     def _deliver(self, sink: object, out: bytes) -> None:
         if isinstance(sink, asyncio.Future):

@@ -125,3 +125,9 @@ class Forwarder(Protocol):
     ) -> bytes:
         """A response frame (without its size) naming brokers, rewritten to name the ports of
         the listener with ``security``; the response frame with its size."""
+
+    def metadata_brokers(
+        self, brokers: list[dict[str, Any]], security: ListenerSecurity | None
+    ) -> list[dict[str, Any]]:
+        """A Metadata answer's brokers as the listener with ``security`` names them, the
+        coordinator nodes after them (``rewrite``'s, for ``metadata_answers``)."""
