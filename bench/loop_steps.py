@@ -27,13 +27,19 @@ its longest lateness (wall) / the loop thread's longest CPU time from one tick t
   into a snapshot too; *snapshot-new*: a refresh that creates the N topics (a node starting in
   front of a broker that has them); *metadata*: the Kafka listener's Metadata answer of every
   topic in coordinator-only mode (``KafkaApis.metadata_frame``: listed, built and encoded) at
-  N topics.
+  N topics; *metadata-acls*: the same with ACLs (each topic one of another user's, one
+  prefixed ACL letting the caller describe them all) asking for each topic's authorized
+  operations; *forwarded*: the stand-in upstream's Metadata answer of N topics rewritten for a
+  client by the Kafka listener's upstream connection (``UpstreamConnection.data_received``).
 
 *before*: as it was (a catch-up's journal decoded and applied in one step; a refresh decoded,
 compared and applied in one step); *after*: decoded on the loader thread and applied at most
 :data:`~coordinator.runtime.partitions.STEP_RECORDS` records per step, at an append's end (a
 refresh: compared on a thread, applied
-:data:`~coordinator.runtime.runtime.SNAPSHOT_STEP` changes a step). The modes alternate.
+:data:`~coordinator.runtime.runtime.SNAPSHOT_STEP` changes a step; *metadata-acls* before: its
+ACL checks and operations decided, the answer built and encoded, on the loop; *forwarded*
+before: decoded, rewritten and encoded on the loop). The modes alternate. ``--section``: the
+section of docs/benchmarks.md written (a run of some cases beside the whole one's).
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ CASES = (
     "feed",
     "snapshot-new",
     "metadata",
+    "metadata-acls",
+    "forwarded",
 )
 SNAPSHOTS = ("snapshot", "feed", "snapshot-new")
 MODES = ("before", "after")
@@ -187,6 +195,21 @@ def _metadata_as_it_was() -> None:
     served.ENCODE_INLINE = 2**62
 
 
+def _operations_as_it_was() -> None:
+    """*before*: a Metadata answer of every topic with ACLs and operations decided, built and
+    encoded on the loop."""
+    from coordinator.server.kafka import served
+
+    served.OPERATIONS_INLINE = 2**62
+
+
+def _forwarded_as_it_was() -> None:
+    """*before*: a forwarded Metadata answer decoded, rewritten and encoded on the loop."""
+    from coordinator.server.kafka.upstream import metadata_answers
+
+    metadata_answers.INLINE_BYTES = 2**62
+
+
 BEFORE = {
     "catchup-topics": _as_it_was,
     "catchup-acls": _as_it_was,
@@ -196,6 +219,8 @@ BEFORE = {
     "feed": _snapshot_as_it_was,
     "snapshot-new": _snapshot_as_it_was,
     "metadata": _metadata_as_it_was,
+    "metadata-acls": _operations_as_it_was,
+    "forwarded": _forwarded_as_it_was,
 }
 """The cases whose *before* is measured, and how it is brought back; the others run once a
 repeat, as the code is ("as is")."""
@@ -285,6 +310,51 @@ class _Upstream:
         self.brokers = [int(b.node_id) for b in meta.brokers]
 
 
+def _acl_records(n: int) -> list[Any]:
+    """Each topic ``t-N`` READ for ``User:uN``, and DESCRIBE on every ``t-`` topic (prefixed)
+    for ``User:alice``, who asks *metadata-acls*' Metadata."""
+    from coordinator.core import records as r
+    from coordinator.core.records import AccessControlEntryKey
+
+    out = [
+        r.acl_record(AccessControlEntryKey(2, f"t-{i:07d}", 3, f"User:u{i}", "*", 3, 3), True)
+        for i in range(n)
+    ]
+    out.append(r.acl_record(AccessControlEntryKey(2, "t-", 4, "User:alice", "*", 8, 3), True))
+    return out
+
+
+class _Forwarded:
+    """A Kafka listener's upstream connection (no socket) answered ``frame`` (a Metadata v12
+    answer) for a client's Metadata request: rewritten for the client (``data_received``)."""
+
+    def __init__(self, frame: bytes) -> None:
+        from coordinator.server.kafka.upstream.broker import Upstream
+
+        self.sized = len(frame).to_bytes(4, "big") + frame
+        self.upstream = Upstream("127.0.0.1:9")
+
+    async def answer(self) -> bytes:
+        import collections
+
+        from coordinator.server.kafka.upstream.broker import UpstreamConnection
+
+        answered: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        client = type(
+            "Client",
+            (),
+            {"security": None, "complete": lambda _s, _slot, data: answered.set_result(data)},
+        )()
+        conn = UpstreamConnection.__new__(UpstreamConnection)
+        conn.upstream, conn.client = self.upstream, client
+        conn.pending = collections.deque([(None, 3, 12, True, None)])
+        conn.due = collections.deque([0.0])
+        conn.buffer = bytearray()
+        conn.rewriting = set()
+        conn.data_received(self.sized)
+        return await answered
+
+
 class _Ticker:
     def __init__(self) -> None:
         self.lateness: list[float] = []
@@ -318,8 +388,10 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
     store = MemoryRecordStore(partitions=1)
     if case in ("list", "snapshot"):
         _append(store, _cluster_records("catchup-topics", n), 1_000, 10_000)
-    elif case in ("feed", "metadata"):  # as a refresh from the stand-in upstream makes them
+    elif case in ("feed", "metadata", "metadata-acls"):  # as the stand-in upstream's refresh
         _append(store, _feed_records(n), 1_000, 10_000)
+    if case == "metadata-acls":  # each topic another user's, every one described by alice
+        _append(store, _acl_records(n), 1_500, 10_000)
 
     rt = CoordinatorRuntime(
         config=parse_config({"group.coordinator.shards": "1"}),
@@ -337,9 +409,10 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
         wanted = [NewTopic(name=t.name, num_partitions=3) for t in await rt.list_topics()]
     elif case == "snapshot-new":  # the broker has N topics, the registry none
         wanted = [NewTopic(name=f"t-{i:07d}", num_partitions=3) for i in range(n)]
-    elif case == "metadata":
+    elif case in ("metadata", "metadata-acls"):
         from types import SimpleNamespace
 
+        from coordinator.security.principal import user
         from coordinator.server.api import Caller, Node
         from coordinator.server.kafka import wire
         from coordinator.server.kafka.served import KafkaApis
@@ -350,9 +423,13 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
             wire.request_class(3, 12),
             topics=None,
             allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
+            include_topic_authorized_operations=case == "metadata-acls",
         )
-        caller = Caller(node=Node(node_id=0, host="h", port=9092), api_version=12)
+        caller = Caller(
+            principal=user("alice"), node=Node(node_id=0, host="h", port=9092), api_version=12
+        )
+    elif case == "forwarded":
+        forwarded = _Forwarded(_metadata_frame(n))
     elif case == "feed":
         from coordinator.server.kafka.upstream.topic_feed import TopicFeed
 
@@ -396,7 +473,7 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
     else:
         per_call = []
         sizes = set()
-        for i in range(LISTS if case not in ("feed", "metadata") else 3):
+        for i in range(LISTS if case in ("list", "snapshot") else 3):
             if case == "list" and i % 2 == 0:  # a topic created first: listed anew
                 await rt.create_topics([NewTopic(name=f"u-{i}", num_partitions=1)])
                 await asyncio.sleep(0.01)
@@ -405,8 +482,10 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
                 listed = await rt.list_topics()
             elif case == "feed":
                 await feed._refresh_once()
-            elif case == "metadata":
+            elif case in ("metadata", "metadata-acls"):
                 sizes.add(len(await served.metadata_frame(every_topic, 12, i, caller)))
+            elif case == "forwarded":
+                sizes.add(len(await forwarded.answer()))
             else:
                 changes = await rt.apply_topic_snapshot(wanted)
             per_call.append((time.thread_time() - c0) * 1e3)
@@ -415,7 +494,8 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
         out["per_call_ms"] = max(per_call)
         if case == "list":
             out["ok"] = len(listed) == n + (LISTS + 1) // 2
-        elif case == "metadata":  # 113 bytes a topic of 3 partitions, the same every call
+        elif case in ("metadata", "metadata-acls", "forwarded"):  # 113 bytes a topic (3
+            # partitions), the same every call
             out["ok"] = len(sizes) == 1 and sizes.pop() > 113 * n
         elif case == "feed":
             image = rt.registry.image()
@@ -445,6 +525,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument("--section", default="loop-steps")
     ap.add_argument("--child", nargs=3, metavar=("CASE", "N", "MODE"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -504,6 +585,7 @@ def main(argv: list[str] | None = None) -> None:
             ("--sizes", args.sizes, "10000,100000"),
             ("--modes", args.modes, ",".join(MODES)),
             ("--repeat", args.repeat, 3),
+            ("--section", args.section, "loop-steps"),
         ),
     )
     body = (
@@ -520,8 +602,11 @@ def main(argv: list[str] | None = None) -> None:
         "refresh through the Kafka listener's topic feed, the broker's Metadata answer (N "
         "topics of 3 partitions, with racks) decoded too; *snapshot-new*: a refresh creating "
         "N topics; *metadata*: the Kafka listener's Metadata answer of every topic "
-        "(coordinator-only mode), listed, built and encoded, at N topics (*per call*: the "
-        f"loop's CPU, the most / the median of {LISTS} calls (*feed*, *metadata*: 3), a topic "
+        "(coordinator-only mode), listed, built and encoded, at N topics; *metadata-acls*: the "
+        "same with N ACLs (each topic another user's, one prefixed ACL letting the caller "
+        "describe them all) asking for each topic's authorized operations; *forwarded*: an "
+        "upstream's Metadata answer of N topics rewritten for a client (*per call*: the "
+        f"loop's CPU, the most / the median of {LISTS} calls (*feed*, *metadata*...: 3), a topic "
         "created "
         "before every other ListTopics; *takeover*: the install on the loop, its members' timers "
         "armed, while the read and the build of the group took *loader ms* on a loader thread). "
@@ -534,8 +619,11 @@ def main(argv: list[str] | None = None) -> None:
         "registry); ListTopics built a bounded number of "
         "topics a step from the committed topics image and kept until it changes; a refresh "
         "decoded and compared with the registry's topics image on a thread, its changes "
-        "applied a bounded number a step; a Metadata answer of many topics built and "
-        "encoded on a thread; *as is*: a "
+        "applied a bounded number a step; a Metadata answer of many topics built (filtered, "
+        "its operations decided) and encoded on a thread, a forwarded one decoded and "
+        "encoded on threads, its brokers rewritten on the loop, what the threads built freed "
+        "a slice at a time; *before* of *metadata-acls* and *forwarded*: decided, decoded, "
+        "built and encoded on the loop; *as is*: a "
         "case whose code did not change.\n\n"
         + "\n".join(summary)
         + "\n\n"
@@ -554,7 +642,7 @@ def main(argv: list[str] | None = None) -> None:
             rows,
         )
     )
-    write_section("loop-steps", body)
+    write_section(args.section, body)
 
 
 if __name__ == "__main__":
