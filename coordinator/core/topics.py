@@ -358,6 +358,8 @@ class TopicRegistry:
         built: the next :meth:`image` is a new version."""
         self._changed: dict[str, None] = {}
         """The topics that may differ from ``_image`` (in the order they changed)."""
+        self._held: TopicsImage | None = None
+        """:meth:`hold_image`: the image shown meanwhile."""
         self._plugged: dict[r.RecordType, Callable[[r.Record], None]] = {}
         self.components: dict[type, Component] = {}
         """Plugged components a caller looks up by class (``factory.group_configs_of``)."""
@@ -401,13 +403,31 @@ class TopicRegistry:
     def image(self) -> TopicsImage:
         """The current image; a new version after every change (a topic record replayed, a
         rollback). Built from the previous one and the topics changed since
-        (:func:`image_changed`): a change costs what it changed, not the whole registry."""
+        (:func:`image_changed`): a change costs what it changed, not the whole registry.
+        While held (:meth:`hold_image`), the image of then."""
+        if self._held is not None:
+            return self._held
+        return self.build_image()
+
+    def build_image(self) -> TopicsImage:
+        """The image of the topics now, shown by :meth:`image` unless it is held."""
         if self._stale:
             self._version += 1
             self._image = image_changed(self._image, self.topics, self._changed, self._version)
             self._changed = {}
             self._stale = False
         return self._image
+
+    def hold_image(self) -> None:
+        """Until :meth:`release_image`, :meth:`image` and :meth:`list_topics` show the topics
+        as they are now, whatever is replayed meanwhile (:meth:`build_image` builds the next
+        image a part at a time): a node applies an append of the cluster log larger than a
+        step of its loop in several, and a read between them sees the append whole or not at
+        all (``Partitions``)."""
+        self._held = self.build_image()
+
+    def release_image(self) -> None:
+        self._held = None
 
     def mark(self) -> int:
         return self.undo.mark()
@@ -588,6 +608,7 @@ class TopicRegistry:
         return result, self.image()
 
     def list_topics(self) -> list[TopicResult]:
+        shown = self.topics if self._held is None else self._held.by_name
         return [
             TopicResult(
                 name=name,
@@ -595,5 +616,5 @@ class TopicRegistry:
                 num_partitions=v.num_partitions,
                 partition_racks=v.partition_racks,
             )
-            for name, v in sorted(self.topics.items())
+            for name, v in sorted(shown.items())
         ]

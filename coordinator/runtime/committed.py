@@ -14,7 +14,7 @@ any of its answers is released.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from coordinator.core.commands import IdSource
@@ -54,12 +54,22 @@ class CommittedCluster:
         """The cluster log is loaded (``loader.load_cluster``): its reads are answered from
         here, while the coordinator partitions still load."""
 
-    def replay(self, records: Iterable[Record]) -> None:
+    def replay(self, records: Sequence[Record]) -> None:
         """Apply durable cluster records, in their log's order."""
+        self.registry_replay(records)
+        self.keep(records)
+
+    def registry_replay(self, records: Iterable[Record]) -> None:
+        """:meth:`replay` but for :attr:`records` (:meth:`keep` them once all are replayed:
+        an append applied in parts)."""
         replay = self.registry.replay
-        live = self.records
         for record in records:
             replay(record)
+
+    def keep(self, records: Iterable[Record]) -> None:
+        """:attr:`records` as ``records`` (replayed) leave them."""
+        live = self.records
+        for record in records:
             if record.value is None:
                 live.pop(record.key, None)
             else:

@@ -435,10 +435,18 @@ class Partitions:
             while i < n:
                 j = _step_end(entries, i)
                 records = [e[2] for e in entries[i:j]]
-                stepped = j < n or i > 0
+                parts = j - i > STEP_RECORDS and all(type(r.key) is TopicKey for r in records)
+                stepped = j < n or i > 0 or parts
                 if stepped and self._applying is None:
                     self._applying = loop.create_future()
                     lead.cluster_held = True
+                if parts:  # one append of more topics than a step: in parts, then whole
+                    await self._apply_in_parts(records, entries[j - 1][0])
+                    i = j
+                    if i == n or not self.driver.active:
+                        break
+                    await asyncio.sleep(0)
+                    continue
                 self._apply_records(records, entries[j - 1][0], committed=not stepped)
                 i = j
                 if stepped:
@@ -460,20 +468,42 @@ class Partitions:
                 applying.set_result(None)
         log.info("Applied %d records of the cluster log (up to offset %d).", i, self.cluster_offset)
 
-    def _apply_records(self, records: Sequence[Record], last: int, committed: bool = True) -> None:
-        """Apply durable cluster-log ``records`` (others' appends, or what a compacted view
-        changes in this node's copy) to the registry and (``committed``: else the caller does,
-        in the next step) its committed copy, up to ``last``:
-        each registry's next topics image is its last one with the topics they change
-        (``TopicRegistry.image``), whatever the number of topics."""
+    async def _apply_in_parts(self, records: Sequence[Record], last: int) -> None:
+        """One append of topic records larger than a step (a CreateTopics of thousands),
+        applied :data:`STEP_RECORDS` records a loop step to the registry, then each part to
+        its committed copy in the next, their topics' images (what every read of topics is
+        answered from: ``TopicRegistry.hold_image``) held as they were before the append and
+        built a part at a time meanwhile, then shown at once: a read sees the append whole
+        or not at all. Its offsets' deletions and the shards' new image come last, as for any
+        append (:meth:`_apply_records`). The registry's commands are held meanwhile (the
+        caller's)."""
         driver = self.driver
-        registry = driver.registry
-        present = registry.topics
-        deleted = {
-            r.key.name
-            for r in records
-            if r.value is None and type(r.key) is TopicKey and r.key.name in present
-        }
+        registry, committed = driver.registry, driver.committed
+        deleted = _deleted(records, registry.topics)
+        copies = [registry] if committed is None else [registry, committed.registry]
+        for copy in copies:
+            copy.hold_image()
+        try:
+            for at in range(0, len(records), STEP_RECORDS):
+                part = records[at : at + STEP_RECORDS]
+                self._replay(part)
+                registry.build_image()
+                await asyncio.sleep(0)  # the loop serves what came meanwhile
+                if committed is not None:
+                    committed.registry_replay(part)
+                    committed.registry.build_image()
+                    await asyncio.sleep(0)
+                freeze_new()  # long-lived (see _apply_entries)
+        finally:
+            for copy in copies:
+                copy.release_image()
+        if committed is not None:
+            committed.keep(records)  # the records it holds by key (a reload compares them)
+        self._applied(deleted, last)
+
+    def _replay(self, records: Sequence[Record]) -> None:
+        """Durable ``records`` into the registry, below its undo log."""
+        registry = self.driver.registry
         undo = registry.undo
         undo.enabled = False
         try:
@@ -481,8 +511,26 @@ class Partitions:
                 registry.replay(record)
         finally:
             undo.enabled = True
+
+    def _apply_records(self, records: Sequence[Record], last: int, committed: bool = True) -> None:
+        """Apply durable cluster-log ``records`` (others' appends, or what a compacted view
+        changes in this node's copy) to the registry and (``committed``: else the caller does,
+        in the next step) its committed copy, up to ``last``:
+        each registry's next topics image is its last one with the topics they change
+        (``TopicRegistry.image``), whatever the number of topics."""
+        driver = self.driver
+        deleted = _deleted(records, driver.registry.topics)
+        self._replay(records)
         if committed and driver.committed is not None:  # durable: another node's appends
             driver.committed.replay(records)
+        self._applied(deleted, last)
+
+    def _applied(self, deleted: set[str], last: int) -> None:
+        """The end of an application up to ``last`` (``deleted``: the registry's topics it
+        deleted): the shards' new topics image, the log's offset, the deleted topics'
+        offsets removed in the partitions served here."""
+        driver = self.driver
+        present = driver.registry.topics
         driver._publish_topics()
         self.cluster_offset = last
         # On the writer's thread: ordered before this node's later appends.
@@ -559,6 +607,15 @@ def _journal(store: Any, log_id: int, start: int) -> list[tuple[int, int, Record
     if len(entries) > STEP_RECORDS:
         freeze_new()
     return entries
+
+
+def _deleted(records: Sequence[Record], present: Any) -> set[str]:
+    """The topics of ``present`` (the registry's) that ``records`` delete."""
+    return {
+        r.key.name
+        for r in records
+        if r.value is None and type(r.key) is TopicKey and r.key.name in present
+    }
 
 
 def _step_end(entries: Sequence[tuple[int, int, Record]], start: int) -> int:

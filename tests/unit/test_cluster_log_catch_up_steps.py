@@ -21,6 +21,7 @@ from coordinator.core.errors import ErrorCode
 from coordinator.core.topics import NewTopic
 from coordinator.routing import CLUSTER_LOG
 from coordinator.runtime import partitions as partitions_module
+from coordinator.server.api import TopicChanges
 
 STEP = 3
 open_store = test_cluster_log_reload.open_store  # the fixture: memory and PostgreSQL
@@ -56,24 +57,26 @@ async def appends(writer: Node) -> list[tuple[tuple[str, ...], int, tuple[str, .
 async def test_a_catch_up_applies_whole_appends_a_step_of_the_loop_at_a_time(
     open_store: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Three steps of at least three records each, ending at an append's end: (a b)(c) is
-    three records, (d e f g) one append of four, (2 ACLs)(h) three. Reads between the steps
-    (every loop step, as a heartbeat or ListTopics would come) see the state after the first
-    two appends, then after the third, never part of an append: the partition's groups see
-    a step's topics a loop step before the committed copy has them (each copy at an
-    append's end, the committed one never ahead). Before, all nine records were applied in
-    one step: no read saw anything between the state before and the state after."""
+    """Steps of three records at most, ending at an append's end: (a b)(c) is three records,
+    (d e f g) one append of four topics, applied in parts (d e f)(g), (2 ACLs)(h) three.
+    Reads between the steps (every loop step, as a heartbeat or ListTopics would come) see
+    the state after the first two appends, then after the third, never part of an append:
+    the partition's groups see a step's topics a loop step before the committed copy has
+    them (each copy at an append's end, the committed one never ahead); the append applied
+    in parts is seen by both at once, whole, once its last part is in both copies. Before,
+    all nine records were applied in one step: no read saw anything between the state
+    before and the state after; then the append of four in one step, to both copies."""
     monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
     async with node(open_store, 1) as writer, node(open_store, 2) as behind:
         states = await appends(writer)
         applied: list[tuple[int, int]] = []
-        apply = partitions_module.Partitions._apply_records
+        replay = partitions_module.Partitions._replay
 
-        def watched(self: Any, records: Any, last: int, **kw: Any) -> None:
+        def watched(self: Any, records: Any) -> None:
             applied.append((steps.now, len(records)))
-            apply(self, records, last, **kw)
+            replay(self, records)
 
-        monkeypatch.setattr(partitions_module.Partitions, "_apply_records", watched)
+        monkeypatch.setattr(partitions_module.Partitions, "_replay", watched)
         seen = [seen_by_reads(behind)]
         with LoopSteps() as steps:
             behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
@@ -85,12 +88,14 @@ async def test_a_catch_up_applies_whole_appends_a_step_of_the_loop_at_a_time(
                 await asyncio.sleep(0)
         if seen_by_reads(behind) != seen[-1]:
             seen.append(seen_by_reads(behind))
-        assert [n for _step, n in applied] == [3, 4, 3]
-        assert len({step for step, _n in applied}) == 3  # each in a loop step of its own
+        assert [n for _step, n in applied] == [3, 3, 1, 3]
+        assert len({step for step, _n in applied}) == 4  # each in a loop step of its own
         ends = [states[0], states[2], states[3], states[5]]
         expected = [ends[0]]
         for before, after in zip(ends, ends[1:], strict=False):
-            expected += [(before[0], before[1], after[2]), after]  # the groups see it first
+            if after is not ends[2]:
+                expected.append((before[0], before[1], after[2]))  # the groups see it first
+            expected.append(after)
         assert seen == expected
         assert behind.parts.cluster_offset == writer.store.last_offset(CLUSTER_LOG)
         assert not behind.rt.driver.lead.cluster_held
@@ -131,7 +136,7 @@ async def test_a_registry_command_during_a_catch_up_decides_on_the_state_caught_
         monkeypatch.setattr(partitions_module.Partitions, "_apply_records", watched)
         await behind.follow(writer)
         await answers["task"]
-        assert len(steps) == 3 and "h" not in steps[1]
+        assert len(steps) == 2 and "h" not in steps[0]  # (d e f g) in parts between
         assert [(t.name, t.error_code) for t in answers["validated"]] == [
             ("h", ErrorCode.TOPIC_ALREADY_EXISTS)
         ]
@@ -155,9 +160,10 @@ async def test_no_loop_step_applies_a_step_to_both_the_registry_and_its_committe
     replays each step's records into the registry in one loop step and into its committed
     copy in the next (at 100,000 topics, the five dicts of both copies grew past the same
     size in the same step: 15 ms of resizes at once, a 23-25 ms step). Counted: the records
-    each loop step replayed, both copies together — at most the largest step's (4: an append
-    of four), each loop step in one copy only, every record in both. Before, each loop step
-    replayed its records into both (6, 8, 6)."""
+    each loop step replayed, both copies together — at most a step's (3; the append of four
+    topics in parts of 3 and 1), each loop step in one copy only, every record in both.
+    Before, each loop step replayed its records into both (6, 8, 6); then the append of four
+    went in one loop step to each copy."""
     monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
     async with node(open_store, 1) as writer, node(open_store, 2) as behind:
         await appends(writer)
@@ -176,6 +182,78 @@ async def test_no_loop_step_applies_a_step_to_both_the_registry_and_its_committe
         monkeypatch.setattr(committed, "replay", counting("committed", committed.replay))
         with LoopSteps() as steps:
             await behind.follow(writer)
-        assert [sum(n.values()) for n in replayed.values()] == [3, 3, 4, 4, 3, 3]
-        assert [list(n) for n in replayed.values()] == [["registry"], ["committed"]] * 3
+        assert [sum(n.values()) for n in replayed.values()] == [3, 3, 3, 3, 1, 1, 3, 3]
+        assert [list(n) for n in replayed.values()] == [["registry"], ["committed"]] * 4
+        assert await behind.state() == await writer.state()
+
+
+def every_read(n: Node) -> tuple[Any, ...]:
+    """Every read of topics on node ``n``: its committed copy's (ListTopics, its records),
+    its registry's (a topic's name by id, whether a topic exists), its groups'."""
+    rt = n.rt
+    return (
+        *seen_by_reads(n),
+        tuple(sorted(rt.registry.image().by_name)),
+        tuple(name for name in "pqrstuv" if n.service.topic_exists(name)),
+        tuple(sorted(t.name for t in rt.registry.list_topics())),
+    )
+
+
+async def test_an_append_larger_than_a_step_is_applied_in_parts_and_read_whole(
+    open_store: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One append of seven topics (a CreateTopics), then one deleting five of them, with steps
+    of three: each applied a part of three records at most a loop step, one copy a loop step
+    (the registry, then its committed copy), and every read in between (every loop step: the
+    committed copy's topics and records, the registry's image, topic_exists, the groups'
+    topics) sees the state before the append or after it, never part of it. Before, each
+    append went in one loop step to both copies (14 and 10 records replayed at once)."""
+    monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
+    async with node(open_store, 1) as writer, node(open_store, 2) as behind:
+        registry, committed = behind.rt.registry, behind.rt.committed.registry
+        replayed: dict[int, dict[str, int]] = {}
+
+        def counting(copy: str, replay: Callable[[Any], None]) -> Callable[[Any], None]:
+            def counted(record: Any) -> None:
+                per_step = replayed.setdefault(steps.now, {})
+                per_step[copy] = per_step.get(copy, 0) + 1
+                replay(record)
+
+            return counted
+
+        monkeypatch.setattr(registry, "replay", counting("registry", registry.replay))
+        monkeypatch.setattr(committed, "replay", counting("committed", committed.replay))
+        for change in ("create", "delete"):
+            before = every_read(behind)
+            if change == "create":
+                topics = [NewTopic(name=t, num_partitions=1) for t in "pqrstuv"]
+                await writer.ok(
+                    await writer.service.create_topics(TopicChanges(entries=topics), ADMIN)
+                )
+            else:
+                await writer.ok(
+                    await writer.service.delete_topics(TopicChanges(entries=list("pqrst")), ADMIN)
+                )
+            seen = {before}
+            replayed.clear()
+            with LoopSteps() as steps:
+                behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
+                catching_up = asyncio.ensure_future(behind.parts.caught_up())
+                while not catching_up.done():
+                    seen.add(every_read(behind))
+                    await asyncio.sleep(0)
+            after = every_read(behind)
+            assert seen | {after} == {before, after}
+            assert (
+                after[0]
+                == after[3]
+                == after[5]
+                == (tuple("pqrstuv") if change == "create" else ("u", "v"))
+            )
+            parts = [3, 3, 1] if change == "create" else [3, 2]
+            assert [sum(n.values()) for n in replayed.values()] == [n for n in parts for _ in "rc"]
+            assert [list(n) for n in replayed.values()] == [["registry"], ["committed"]] * len(
+                parts
+            )
+            assert not behind.rt.driver.lead.cluster_held
         assert await behind.state() == await writer.state()
