@@ -6,20 +6,27 @@ own, for tests/e2e/test_kafka_transactions.py:
                                   "idle_s": 8, "delay_s": 0, "producer": {...}}'
 
 A read_committed consumer (no auto-commit) and a transactional producer: for each batch it
-polled, one transaction writes every record's output (value ``<partition>:<offset>:<input>``,
-to the same partition of the output topic) and commits the inputs' next offsets with
-``send_offsets_to_transaction`` — the canonical loop of Kafka's exactly-once semantics. An
-abortable error aborts the transaction and rewinds to the committed offsets; a fatal one (the
-producer fenced) ends the process with exit code 3. It exits 0 after ``idle_s`` without input.
-Each committed transaction is printed as a JSON line (``{"committed": n}``). ``delay_s``: how
-long each transaction waits between sending its offsets and committing (so that kills and
-rebalances land inside transactions, with offsets pending). ``producer``: more of the producer's
-settings (librdkafka's names).
+polled, one transaction writes every record's output (value
+``<partition>:<offset>:<input>:<transactional id>/<pid>/<transaction>``, to the same partition of
+the output topic; the last field says which process and which of its transactions wrote it) and
+commits the inputs' next offsets with ``send_offsets_to_transaction`` — the canonical loop of
+Kafka's exactly-once semantics. An abortable error aborts the transaction and rewinds to the
+committed offsets; a fatal one (the producer fenced) ends the process with exit code 3. It exits
+0 after ``idle_s`` without input. ``delay_s``: how long each transaction waits between sending
+its offsets and committing (so that kills and rebalances land inside transactions, with offsets
+pending). ``producer``, ``consumer``: more of the producer's and the consumer's settings
+(librdkafka's names).
+
+Each line of stdout is JSON, with the time it was written (``at``): the process's start
+(``{"started": pid}``), each assignment and revocation, each rewind, and each transaction's end
+(``{"committed": n, ...}``, ``{"aborted": ...}``, ``{"retry": ...}``, ``{"fatal": ...}``) with
+its name (``txn``, as in its outputs) and the offsets it sent.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -44,6 +51,7 @@ def main(config: dict[str, Any]) -> int:
                 if config.get("protocol") == "classic"
                 else {}
             ),
+            **config.get("consumer", {}),
         }
     )
     producer = Producer(
@@ -55,8 +63,15 @@ def main(config: dict[str, Any]) -> int:
             **config.get("producer", {}),
         }
     )
+    pid = os.getpid()
+    say({"started": pid, "transactional_id": config["transactional_id"]})
     producer.init_transactions(TIMEOUT_S)
-    consumer.subscribe([config["input"]])
+    consumer.subscribe(
+        [config["input"]],
+        on_assign=lambda _c, tps: say({"assigned": [tp.partition for tp in tps]}),
+        on_revoke=lambda _c, tps: say({"revoked": [tp.partition for tp in tps]}),
+    )
+    seq = 0
     idle_since = time.monotonic()
     try:
         while time.monotonic() - idle_since < config.get("idle_s", 8):
@@ -64,10 +79,13 @@ def main(config: dict[str, Any]) -> int:
             if not batch:
                 continue
             idle_since = time.monotonic()
+            seq += 1
+            tag = f"{config['transactional_id']}/{pid}/{seq}"
+            sent: dict[str, int] = {}
             try:
                 producer.begin_transaction()
                 for m in batch:
-                    value = f"{m.partition()}:{m.offset()}:{m.value().decode()}"
+                    value = f"{m.partition()}:{m.offset()}:{m.value().decode()}:{tag}"
                     producer.produce(config["output"], value.encode(), partition=m.partition())
                 # The batch's own next offsets: a partition revoked since it was polled is
                 # committed with the rest, and the group refuses it if it is no longer ours
@@ -76,27 +94,32 @@ def main(config: dict[str, Any]) -> int:
                 for m in batch:
                     nexts[(m.topic(), m.partition())] = m.offset() + 1
                 positions = [TopicPartition(t, p, o) for (t, p), o in sorted(nexts.items())]
+                sent = {str(tp.partition): tp.offset for tp in positions}
                 producer.send_offsets_to_transaction(
                     positions, consumer.consumer_group_metadata(), TIMEOUT_S
                 )
                 time.sleep(config.get("delay_s", 0))
                 producer.commit_transaction(TIMEOUT_S)
-                print(json.dumps({"committed": len(batch)}), flush=True)
+                say({"committed": len(batch), "txn": tag, "offsets": sent})
             except KafkaException as exc:
                 error = exc.args[0]
                 if error.txn_requires_abort():
                     producer.abort_transaction(TIMEOUT_S)
                     rewind(consumer)
-                    print(json.dumps({"aborted": str(error)}), flush=True)
+                    say({"aborted": str(error), "txn": tag, "offsets": sent})
                 elif error.retriable():
-                    print(json.dumps({"retry": str(error)}), flush=True)
+                    say({"retry": str(error), "txn": tag, "offsets": sent})
                     rewind(consumer)
                 else:
-                    print(json.dumps({"fatal": str(error)}), flush=True)
+                    say({"fatal": str(error), "txn": tag, "offsets": sent})
                     return 3
     finally:
         consumer.close()
     return 0
+
+
+def say(line: dict[str, Any]) -> None:
+    print(json.dumps({**line, "at": round(time.time(), 3)}), flush=True)
 
 
 def rewind(consumer: Consumer) -> None:
@@ -104,9 +127,12 @@ def rewind(consumer: Consumer) -> None:
     assignment = consumer.assignment()
     if not assignment:
         return
+    positions: dict[str, int] = {}
     for tp in consumer.committed(assignment, TIMEOUT_S):
         offset = tp.offset if tp.offset >= 0 else 0
         consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        positions[str(tp.partition)] = tp.offset
+    say({"rewound": positions})
 
 
 if __name__ == "__main__":

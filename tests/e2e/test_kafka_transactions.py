@@ -101,22 +101,48 @@ def committed_log(address: str, topic: str, partition: int) -> list[bytes]:
     """What a correct read_committed reader returns: the values of non-transactional records
     and of transactional ones whose producer's next marker in the partition is COMMIT, in log
     order; records of a transaction with no marker yet are not returned."""
-    out: list[bytes] = []
-    open_txns: dict[int, list[bytes]] = {}
+    return [value for value, _how in committed_records(address, topic, partition)]
+
+
+def committed_records(address: str, topic: str, partition: int) -> list[tuple[bytes, str]]:
+    """:func:`committed_log` with how each value came to be committed: its batch's offset,
+    producer id and epoch and its commit marker's offset and epoch (evidence for a failed
+    check)."""
+    out: list[tuple[bytes, str]] = []
+    open_txns: dict[int, list[tuple[bytes, str]]] = {}
     for batch in read_log(address, topic, partition):
         pid = int(batch.producer_id)
+        where = f"@{batch.base_offset} producer {pid} epoch {batch.producer_epoch}"
         if batch.attributes & CONTROL:
             (marker,) = batch.records
             assert marker.key is not None
             kind = int.from_bytes(marker.key[2:4], "big")  # 0 abort, 1 commit
             values = open_txns.pop(pid, [])
             if kind == 1:
-                out += values
+                out += [(v, f"{how}, commit {where}") for v, how in values]
         elif batch.attributes & TRANSACTIONAL:
-            open_txns.setdefault(pid, []).extend(r.value or b"" for r in batch.records)
+            open_txns.setdefault(pid, []).extend((r.value or b"", where) for r in batch.records)
         else:
-            out += [r.value or b"" for r in batch.records]
+            out += [(r.value or b"", where) for r in batch.records]
     return out
+
+
+def exactly_once_failure(
+    address: str, topic: str, partitions: int, seen: dict[str, int], apps: list[App]
+) -> str:
+    """What a failed exactly-once check needs to be explained: each input not committed once,
+    with the committed outputs of it (their transactions, producers, markers), and every
+    application's lines but its plain commits."""
+    wrong = {k: n for k, n in seen.items() if n != 1}
+    lines = [f"not exactly once: {wrong}"]
+    for p in range(partitions):
+        for value, how in committed_records(address, topic, p):
+            if value.decode().split(":")[2] in wrong:
+                lines.append(f"  partition {p}: {value.decode()} ({how})")
+    for n, app in enumerate(apps):
+        lines.append(f"app {n}:")
+        lines += [f"  {json.dumps(line)}" for line in app.lines if "committed" not in line]
+    return "\n".join(lines)
 
 
 def read_log(address: str, topic: str, partition: int) -> list[Any]:
@@ -232,9 +258,13 @@ class App:
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
 
     def _read(self, proc: subprocess.Popen[bytes]) -> None:
+        """The process's lines, kept here and (the evidence of a run) in ``<log>.jsonl``."""
         assert proc.stdout is not None
-        for line in proc.stdout:
-            self.lines.append(json.loads(line))
+        with open(self.log_path.with_suffix(".jsonl"), "ab") as out:
+            for line in proc.stdout:
+                out.write(line)
+                out.flush()
+                self.lines.append(json.loads(line))
 
     def kill(self) -> None:
         assert self.proc is not None
@@ -313,10 +343,12 @@ def test_exactly_once_through_kills(stack: Stack, tmp_path: Path, protocol: str)
     seen: dict[str, int] = {}
     for p in range(2):
         for v in committed_log(stack.tansu.address, topic_out, p):
-            part, _offset, value = v.decode().split(":")
+            part, _offset, value = v.decode().split(":")[:3]
             assert int(part) == p
             seen[value] = seen.get(value, 0) + 1
-    assert seen == dict.fromkeys(values, 1), {k: n for k, n in seen.items() if n != 1}
+    assert seen == dict.fromkeys(values, 1), exactly_once_failure(
+        stack.tansu.address, topic_out, 2, seen, [app]
+    )
     if app.alive():
         app.kill()
 
@@ -464,10 +496,12 @@ def test_exactly_once_across_a_consumer_crash_and_rebalances(
     seen: dict[str, int] = {}
     for p in range(partitions):
         for v in committed_log(stack.tansu.address, topic_out, p):
-            part, _offset, value = v.decode().split(":")
+            part, _offset, value = v.decode().split(":")[:3]
             assert int(part) == p
             seen[value] = seen.get(value, 0) + 1
-    assert seen == dict.fromkeys(values, 1), {k: n for k, n in seen.items() if n != 1}
+    assert seen == dict.fromkeys(values, 1), exactly_once_failure(
+        stack.tansu.address, topic_out, partitions, seen, apps
+    )
     for app in apps:
         if app.alive():
             app.kill()
