@@ -14,7 +14,8 @@ its longest lateness (wall) / the loop thread's longest CPU time from one tick t
 * *catchup-topics*, *catchup-acls*, *catchup-scram*: another writer appends N topics (or ACLs,
   or SCRAM credentials) to the cluster log, in appends of :data:`PER_APPEND` records (a
   request's worth each), and the node catches up from the journal
-  (``Partitions._catch_up``).
+  (``Partitions._catch_up``); *catchup-append*: N topics in one append (a CreateTopics of N;
+  *before*: applied whole, *after*: in parts, ``Partitions._apply_in_parts``).
 * *takeover*: the node takes over a coordinator partition whose log holds one group of N
   members (each member's metadata, target and current assignment): read and built on a loader
   thread, then installed on the loop with its members' timers armed (``Partitions.install``,
@@ -74,6 +75,7 @@ LISTS = 6
 """ListTopics calls of a *list* run, every other one after a topic was created."""
 CASES = (
     "catchup-topics",
+    "catchup-append",
     "catchup-acls",
     "catchup-scram",
     "takeover",
@@ -93,7 +95,7 @@ def _cluster_records(case: str, n: int) -> list[Any]:
     from coordinator.core import records as r
     from coordinator.core.records import AccessControlEntryKey
 
-    if case == "catchup-topics":
+    if case in ("catchup-topics", "catchup-append"):
         return [r.topic_record(f"t-{i:07d}", f"id-{i:07d}", 3) for i in range(n)]
     if case == "catchup-acls":
         return [
@@ -140,6 +142,42 @@ def _append(store: Any, records: list[Any], timestamp_ms: int, per_append: int) 
             StoredRecord(*codec.encode(rec), rec.group_id) for rec in records[at : at + per_append]
         ]
         store.append(stored, timestamp_ms + at // per_append)
+
+
+def _append_as_it_was() -> None:
+    """*before*: an append larger than a step applied whole, in one loop step to each copy
+    (to both in one when it is the whole read)."""
+    from coordinator.runtime import partitions
+    from coordinator.runtime.collector import freeze_new
+
+    async def apply_entries(self: Any, entries: Any) -> None:
+        n, i = len(entries), 0
+        loop = asyncio.get_running_loop()
+        committed = self.driver.committed
+        try:
+            while i < n:
+                j = partitions._step_end(entries, i)
+                records = [e[2] for e in entries[i:j]]
+                stepped = j < n or i > 0
+                if stepped and self._applying is None:
+                    self._applying = loop.create_future()
+                    self.lead.cluster_held = True
+                self._apply_records(records, entries[j - 1][0], committed=not stepped)
+                i = j
+                if stepped:
+                    await asyncio.sleep(0)
+                    committed.replay(records)
+                freeze_new()
+                if i == n:
+                    break
+                await asyncio.sleep(0)
+        finally:
+            applying, self._applying = self._applying, None
+            self.lead.cluster_held = False
+            if applying is not None:
+                applying.set_result(None)
+
+    partitions.Partitions._apply_entries = apply_entries  # type: ignore[method-assign]
 
 
 def _list_as_it_was() -> None:
@@ -212,6 +250,7 @@ def _forwarded_as_it_was() -> None:
 
 BEFORE = {
     "catchup-topics": _as_it_was,
+    "catchup-append": _append_as_it_was,
     "catchup-acls": _as_it_was,
     "catchup-scram": _as_it_was,
     "list": _list_as_it_was,
@@ -402,7 +441,8 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
     await rt.start()
     parts.joined()
     if case.startswith("catchup"):  # after the node's start: it catches up on them
-        _append(store, _cluster_records(case, n), 2_000, PER_APPEND)
+        per_append = n if case == "catchup-append" else PER_APPEND
+        _append(store, _cluster_records(case, n), 2_000, per_append)
     elif case == "takeover":
         _append(store, _group_records(n), 2_000, 10_000)
     if case == "snapshot":  # what the upstream broker has: the same topics
@@ -596,7 +636,9 @@ def main(argv: list[str] | None = None) -> None:
         "A node's loop serves every group of every partition it leads: its longest step is "
         "the longest any heartbeat on the node waits behind it (docs/ha.md). *catchup-X*: "
         f"another node appended N topics, ACLs or SCRAM credentials ({PER_APPEND:,} records an "
-        "append) and this node catches up from the journal; *takeover*: this node takes over "
+        "append) and this node catches up from the journal (*catchup-append*: N topics in one "
+        "append, before applied whole to each copy, after in parts with both copies' topics "
+        "images held until the last); *takeover*: this node takes over "
         "a partition holding one group of N members; *list*, *snapshot*: ListTopics and a "
         "refresh from an upstream broker that changes nothing, at N topics; *feed*: that "
         "refresh through the Kafka listener's topic feed, the broker's Metadata answer (N "
