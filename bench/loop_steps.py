@@ -150,7 +150,7 @@ def _append_as_it_was() -> None:
     from coordinator.runtime import partitions
     from coordinator.runtime.collector import freeze_new
 
-    async def apply_entries(self: Any, entries: Any) -> None:
+    async def apply_entries(self: Any, entries: Any, steps: Any) -> None:
         n, i = len(entries), 0
         loop = asyncio.get_running_loop()
         committed = self.driver.committed
@@ -198,7 +198,7 @@ def _as_it_was() -> None:
     def journal(store: Any, log_id: int, start: int) -> list[Any]:
         return [(e.offset, e, None) for e in store.journal(log_id, from_offset=start)]
 
-    async def apply_entries(self: Any, entries: Any) -> None:
+    async def apply_entries(self: Any, entries: Any, steps: Any) -> None:
         records = [codec.decode(e.key, e.value) for _o, e, _r in entries]
         self._apply_records(records, entries[-1][0])
 

@@ -14,13 +14,17 @@ any of its answers is released.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from coordinator.core.commands import IdSource
 from coordinator.core.config import GroupCoordinatorConfig
 from coordinator.core.records import Record, RecordKey
 from coordinator.factory import group_configs_of, new_cluster, transactional_ids_of
+
+Staged = tuple[dict[RecordKey, Any], dict[RecordKey, None]]
+"""What records do to :attr:`CommittedCluster.records`: the values they set, the keys they
+delete."""
 
 
 class CommittedCluster:
@@ -54,23 +58,38 @@ class CommittedCluster:
         """The cluster log is loaded (``loader.load_cluster``): its reads are answered from
         here, while the coordinator partitions still load."""
 
-    def replay(self, records: Sequence[Record]) -> None:
+    def replay(self, records: Iterable[Record]) -> None:
         """Apply durable cluster records, in their log's order."""
-        self.registry_replay(records)
-        self.keep(records)
-
-    def registry_replay(self, records: Iterable[Record]) -> None:
-        """:meth:`replay` but for :attr:`records` (:meth:`keep` them once all are replayed:
-        an append applied in parts)."""
         replay = self.registry.replay
-        for record in records:
-            replay(record)
-
-    def keep(self, records: Iterable[Record]) -> None:
-        """:attr:`records` as ``records`` (replayed) leave them."""
         live = self.records
         for record in records:
+            replay(record)
             if record.value is None:
                 live.pop(record.key, None)
             else:
                 live[record.key] = record.value
+
+    def registry_replay(self, records: Iterable[Record], staged: Staged | None = None) -> None:
+        """:meth:`replay` but for :attr:`records`: what ``records`` do to them goes to
+        ``staged`` (:meth:`keep` it once all are replayed: an append applied in parts, its
+        records' keys hashed a part at a time, the last step only merges)."""
+        replay = self.registry.replay
+        for record in records:
+            replay(record)
+        if staged is not None:
+            sets, deletions = staged
+            for record in records:
+                if record.value is None:
+                    sets.pop(record.key, None)
+                    deletions[record.key] = None
+                else:
+                    deletions.pop(record.key, None)
+                    sets[record.key] = record.value
+
+    def keep(self, staged: Staged) -> None:
+        """:attr:`records` as the records staged (:meth:`registry_replay`) leave them."""
+        sets, deletions = staged
+        live = self.records
+        for key in deletions:
+            live.pop(key, None)
+        live.update(sets)  # the keys' hashes as staged: a merge in C

@@ -8,6 +8,7 @@ store the HA tests share and on PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -206,8 +207,10 @@ async def test_an_append_larger_than_a_step_is_applied_in_parts_and_read_whole(
     of three: each applied a part of three records at most a loop step, one copy a loop step
     (the registry, then its committed copy), and every read in between (every loop step: the
     committed copy's topics and records, the registry's image, topic_exists, the groups'
-    topics) sees the state before the append or after it, never part of it. Before, each
-    append went in one loop step to both copies (14 and 10 records replayed at once)."""
+    topics) sees the state before the append or after it, never part of it; where each
+    append ends is found on the loader thread (an append of 100,000: 10-20 ms of the loop).
+    Before, each append went in one loop step to both copies (14 and 10 records replayed at
+    once)."""
     monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
     async with node(open_store, 1) as writer, node(open_store, 2) as behind:
         registry, committed = behind.rt.registry, behind.rt.committed.registry
@@ -223,6 +226,13 @@ async def test_an_append_larger_than_a_step_is_applied_in_parts_and_read_whole(
 
         monkeypatch.setattr(registry, "replay", counting("registry", registry.replay))
         monkeypatch.setattr(committed, "replay", counting("committed", committed.replay))
+        step_end, loop_thread, scanned_on = partitions_module._step_end, threading.get_ident(), []
+
+        def watched_step_end(*args: Any) -> int:
+            scanned_on.append(threading.get_ident() == loop_thread)
+            return step_end(*args)
+
+        monkeypatch.setattr(partitions_module, "_step_end", watched_step_end)
         for change in ("create", "delete"):
             before = every_read(behind)
             if change == "create":
@@ -256,4 +266,5 @@ async def test_an_append_larger_than_a_step_is_applied_in_parts_and_read_whole(
                 parts
             )
             assert not behind.rt.driver.lead.cluster_held
+        assert scanned_on and not any(scanned_on)  # the appends found on the loader thread
         assert await behind.state() == await writer.state()
