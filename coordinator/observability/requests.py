@@ -16,8 +16,9 @@ imports nothing from the server:
   the call reached us (``Caller.received``: for a forwarded call, the front end's
   ``time.monotonic()`` — one clock for every process of the machine; else None, and the clock
   starts when the codec hands the request to the service layer) and, with tracing on, the
-  caller's W3C trace context (``Caller.trace_metadata``: found in the same read of the call's
-  metadata as the client id). :data:`ARRIVAL` carries the arrival on to the runtime (queue
+  caller's W3C trace context (``Caller.trace_metadata``: a look for ``traceparent`` in the
+  call's metadata; the client id and address, when nothing else needs them, are read only for
+  a request that is traced, ``Caller.identity()``). :data:`ARRIVAL` carries the arrival on to the runtime (queue
   time). A Kafka request starts its clock when the listener hands it to the service layer.
 * The sampling decision is made once per request, in the service layer's wrapper: a caller's
   trace context is followed (:func:`_open_span` extracts it and its sampled flag decides), any
@@ -449,12 +450,13 @@ def _open_span(rpc: Any, req: Any, caller: Any) -> tuple[Any, Any, Any] | None:
         if not tracing.sampled(parent):
             return None
     kafka = caller.api_version is not None
+    client_id, client_address = caller.identity()
     context = tracing.rpc_span(
         "kafka" if kafka else rpc.grpc_service,
         rpc.kafka_name if kafka else rpc.name,
         system="kafka" if kafka else "grpc",
-        client_id=caller.client_id,
-        client_address=caller.client_host,
+        client_id=client_id,
+        client_address=client_address,
         parent=parent,
         request=req,
     )

@@ -12,7 +12,8 @@ set, else :data:`DEFAULT_SAMPLE_RATIO`, 1%), and at most ``--otlp-max-traces-per
 roots are traced a second (:class:`TraceBudget`, default
 :data:`DEFAULT_MAX_TRACES_PER_SECOND`; a caller's sampled context is always followed). A
 request left out costs one random draw (and,
-over gRPC, a look for ``traceparent`` in the metadata the codec reads for the client id anyway):
+over gRPC, a look for ``traceparent`` in the call's metadata; its client id and address are read
+only for a traced request):
 no context attach, no span object, no propagator, no context variable. Only a sampled request makes
 spans, and all its spans record (the SDK's sampler is ``ParentBased(ALWAYS_ON)``); only an
 ``OTEL_TRACES_SAMPLER`` that is not parent-based is left to the SDK, which then makes a

@@ -8,7 +8,7 @@ entries, and GROUP configs. Frozen, slotted, keyword-only, like the core's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -44,7 +44,10 @@ class Caller:
     (``coordinator/observability/requests.py``): ``received``, when a front end received a
     call it forwarded (its ``time.monotonic()``; None: the call starts here), and
     ``trace_metadata``, the call's metadata when it carries a W3C ``traceparent`` (read only
-    while tracing is on; None: none, or tracing off).
+    while tracing is on; None: none, or tracing off). While tracing is on, a gRPC call whose
+    client id and address were not otherwise needed leaves them unread (``client_id`` and
+    ``client_host`` empty) and ``identify`` reads them: only a traced request's span names
+    them (:meth:`identity`).
 
     ``principal``: who sent it, as the transport authenticated it (``User:ANONYMOUS`` when it
     did not): what the authorizer decides on (``coordinator/security``)."""
@@ -57,6 +60,14 @@ class Caller:
     received: float | None = None
     trace_metadata: Sequence[tuple[str, Any]] | None = None
     principal: KafkaPrincipal = ANONYMOUS
+    identify: Callable[[], tuple[str, str]] | None = None
+
+    def identity(self) -> tuple[str, str]:
+        """The client id and address: read now if the transport left them unread
+        (``identify``)."""
+        if self.identify is None:
+            return self.client_id, self.client_host
+        return self.identify()
 
     def version_below(self, version: int) -> bool:
         """True for a Kafka request older than ``version`` (never for gRPC)."""

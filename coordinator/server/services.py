@@ -15,6 +15,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from types import ModuleType
 from typing import Any
 from urllib.parse import unquote
@@ -90,6 +91,21 @@ def identity_in(metadata: Any, tracing_on: bool) -> tuple[str, Any]:
     return client_id or "", traced
 
 
+def trace_context_in(metadata: Any) -> Any:
+    """The call's metadata if it carries a W3C ``traceparent`` (the caller's trace context),
+    else None."""
+    for key, _value in metadata:
+        if key == TRACEPARENT_KEY:
+            return metadata
+    return None
+
+
+def identity_of(context: grpc.aio.ServicerContext) -> tuple[str, str]:
+    """The call's client id and address (``Caller.identify``: read only for a traced request
+    whose identity was not otherwise needed)."""
+    return client_id_of(context), client_host_of(context)
+
+
 def client_host_of(context: grpc.aio.ServicerContext) -> str:
     """The peer address shown like Kafka's ClientHost (``/127.0.0.1``, ``/::1``): what ACL
     hosts are compared with. grpc-core writes an IPv6 peer's brackets URL-encoded
@@ -156,23 +172,34 @@ class GrpcServicer:
 
     def caller(self, context: grpc.aio.ServicerContext, identity: bool) -> Caller:
         """Who sends the call; with ``identity``, its client id and address (and, tracing on,
-        its trace context: one read of the call's metadata for both). A call a front end
-        forwarded carries when the front end received it."""
+        its trace context: one read of the call's metadata for both). Without ``identity``,
+        tracing on: its trace context, and ``identify`` to read its client id and address
+        should it be traced. A call a front end forwarded carries when the front end received
+        it."""
         node = None
         if self.address is not None:
             host, port = self.address()
             node = Node(node_id=NODE_ID, host=host, port=port)
         received = context.received if type(context) is ForwardedContext else None
         principal = self.principal_of(context)
-        if not identity:
-            return Caller(
-                node=node, abort_when_closing=True, received=received, principal=principal
-            )
         observer = self.service.observer
-        client_id, trace_metadata = identity_in(
-            context.invocation_metadata() or (),
-            observer is not None and observer.wants_trace_context(),
-        )
+        traced = observer is not None and observer.wants_trace_context()
+        if not identity:
+            if not traced:
+                return Caller(
+                    node=node, abort_when_closing=True, received=received, principal=principal
+                )
+            # Tracing on: the caller's trace context is looked for on every call, its client
+            # id and address read only for a request that is traced (its span names them).
+            return Caller(
+                node=node,
+                abort_when_closing=True,
+                received=received,
+                trace_metadata=trace_context_in(context.invocation_metadata() or ()),
+                principal=principal,
+                identify=partial(identity_of, context),
+            )
+        client_id, trace_metadata = identity_in(context.invocation_metadata() or (), traced)
         return Caller(
             client_id=client_id,
             client_host=client_host_of(context),
@@ -193,16 +220,11 @@ class GrpcServicer:
             raise  # abort raises; never reached
 
     async def run(self, row: Rpc, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        # Audited (admin) RPCs, every RPC while tracing, and every RPC while ACLs are in force
-        # (a decision may need the host; a refusal's audit line names the client id and
-        # address, as Kafka's authorizer logs them) need the client id and address.
-        observer = self.service.observer
-        identity = (
-            row.needs_identity
-            or row.audit
-            or (observer is not None and observer.wants_trace_context())
-            or not self.service.authorizer.open
-        )
+        # Audited (admin) RPCs and every RPC while ACLs are in force (a decision may need the
+        # host; a refusal's audit line names the client id and address, as Kafka's authorizer
+        # logs them) need the client id and address; a traced request's span reads them
+        # itself (Caller.identify).
+        identity = row.needs_identity or row.audit or not self.service.authorizer.open
         caller = await self.authenticated_caller(context, identity)
         try:
             self.service.limits.precheck_grpc(

@@ -153,3 +153,40 @@ def test_identity_in_reads_the_client_id_and_the_trace_context_in_one_pass() -> 
     assert identity_in((("client-id", b"bytes-app"),), True) == ("bytes-app", None)
     assert identity_in(traced, True) == ("", traced)
     assert identity_in((), True) == ("", None)
+
+
+def test_tracing_on_a_call_s_identity_is_read_only_when_its_span_needs_it() -> None:
+    """Tracing on, a heartbeat (nothing else needs who sends it) gets its trace context from
+    the call's metadata, but its client id and address only when asked (a traced request's
+    span names them: ``Caller.identity()``); with tracing off neither is looked for."""
+    from types import SimpleNamespace
+
+    from coordinator.server.forwarding import ForwardedContext
+    from coordinator.server.services import ConsumerGroupService, GrpcServicer
+
+    traced = ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    reads: list[str] = []
+
+    class Context(ForwardedContext):
+        def peer(self) -> str:
+            reads.append("peer")
+            return super().peer()
+
+    servicer: GrpcServicer = object.__new__(ConsumerGroupService)
+    servicer.address = None
+    tracing_on = SimpleNamespace(wants_trace_context=lambda: True)
+    servicer.service = SimpleNamespace(observer=tracing_on)  # type: ignore[assignment]
+    with_parent = Context((("client-id", "app"), traced), "ipv4:10.0.0.7:5")
+    caller = servicer.caller(with_parent, identity=False)
+    assert (caller.client_id, caller.client_host, reads) == ("", "", [])
+    assert caller.trace_metadata == (("client-id", "app"), traced)
+    assert caller.identity() == ("app", "/10.0.0.7") and reads == ["peer"]
+    plain = servicer.caller(Context((("client-id", "app"),), "ipv4:10.0.0.7:5"), identity=False)
+    assert plain.trace_metadata is None
+    # What needs the identity anyway (identity=True) reads it at once, the trace context too.
+    eager = servicer.caller(with_parent, identity=True)
+    assert (eager.client_id, eager.client_host, eager.identify) == ("app", "/10.0.0.7", None)
+    assert eager.trace_metadata is not None and eager.identity() == ("app", "/10.0.0.7")
+    servicer.service = SimpleNamespace(observer=None)  # type: ignore[assignment]
+    off = servicer.caller(with_parent, identity=False)
+    assert (off.trace_metadata, off.identify, off.identity()) == (None, None, ("", ""))
