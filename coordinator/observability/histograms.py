@@ -1,7 +1,6 @@
-"""Histograms observed on the event loop for the price of one list append (:class:`LoopHistogram`)
-and events recorded as one append of their raw timestamps (:class:`_Feed`), bucketed in bulk
-off the request path: by a folder thread every :data:`FOLD_INTERVAL_S` and by every scrape
-(``metrics.py`` defines the coordinator's metrics with them)."""
+"""Histograms observed on the event loop for the price of one list append (:class:`LoopHistogram`),
+bucketed in bulk off the request path: by a folder thread every :data:`FOLD_INTERVAL_S` and by
+every scrape (``metrics.py`` defines the coordinator's metrics with them)."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from collections.abc import Iterable, Sequence
 from functools import partial
 from itertools import filterfalse
 from operator import ge
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import HistogramMetricFamily, Metric
@@ -50,71 +48,22 @@ class _LoopChild:
             return
         taken = pending[:n]
         del pending[:n]
-        counts = self.counts
         bounds = self.bounds
-        # Most values fall in the first bucket (a request's, a command's times: microseconds):
-        # one C-level pass sets them apart (bisect_left's bucket 0 is exactly ``v <= bounds[0]``)
-        # and only the others are bisected.
-        rest = list(filterfalse(partial(ge, bounds[0]), taken)) if bounds else taken
-        counts[0] += n - len(rest)
-        if rest:
+        try:
+            # Most values fall in the first bucket (a request's, a command's times:
+            # microseconds): one C-level pass sets them apart (bisect_left's bucket 0 is
+            # exactly ``v <= bounds[0]``) and only the others are bisected.
+            rest = list(filterfalse(partial(ge, bounds[0]), taken)) if bounds else taken
             tally = collections.Counter(map(partial(bisect_left, bounds), rest))
-            for index, times in tally.items():
-                counts[index] += times
-        self.sum += sum(taken)
-
-
-class _Feed:
-    """Raw observations of the event loop, one tuple appended per event (``record``), turned
-    into samples of :class:`_LoopChild` series by :meth:`fold` — on the folder thread and by
-    every scrape, under ``_FOLD_LOCK``, before any histogram is folded. What one event yields
-    (several samples, a label read from its answer) is worked out there, off the loop."""
-
-    __slots__ = ("__weakref__", "pending", "record")
-
-    def __init__(self) -> None:
-        self.pending: list[tuple[Any, ...]] = []
-        self.record = self.pending.append
-        """Record one event (on the event loop)."""
-        _FEEDS.add(self)
-
-    def fold(self) -> None:
-        """Turn the events recorded so far into samples (the caller holds ``_FOLD_LOCK``; the
-        loop may append meanwhile: a prefix is taken, as :meth:`_LoopChild.fold` does)."""
-        pending = self.pending
-        n = len(pending)
-        if n:
-            taken = pending[:n]
-            del pending[:n]
-            self.samples(taken)
-
-    def samples(self, events: list[tuple[Any, ...]]) -> None:
-        raise NotImplementedError
-
-
-class CommandTimes(_Feed):
-    """A state machine's queue-time and processing-time series
-    (``kip848_event_queue_time_seconds``, ``kip848_event_processing_time_seconds``), bound once:
-    ``record((start, end, arrival))`` is the one append of each command
-    (``RuntimeObserver.run_command``): its processing time is ``end - start``, its queue time
-    ``start - arrival`` (0 if negative; none when ``arrival`` is None: no request's)."""
-
-    __slots__ = ("processing", "queue")
-
-    def __init__(self, queue: _LoopChild, processing: _LoopChild) -> None:
-        super().__init__()
-        self.queue = queue
-        self.processing = processing
-
-    def samples(self, events: list[tuple[Any, ...]]) -> None:
-        self.processing.pending.extend([end - start for start, end, _ in events])
-        self.queue.pending.extend(
-            [
-                start - arrival if start > arrival else 0.0
-                for start, _, arrival in events
-                if arrival is not None
-            ]
-        )
+            total = sum(taken)
+        except Exception:  # neither the folder thread nor a scrape may die of it
+            log.exception("Folding %d observations failed; they are dropped", n)
+            return
+        counts = self.counts
+        counts[0] += n - len(rest)
+        for index, times in tally.items():
+            counts[index] += times
+        self.sum += total
 
 
 FOLD_INTERVAL_S = 1.0
@@ -123,24 +72,13 @@ memory they take is at most about this many seconds of observations."""
 
 _FOLD_LOCK = threading.Lock()
 _LIVE: weakref.WeakSet[LoopHistogram] = weakref.WeakSet()
-_FEEDS: weakref.WeakSet[_Feed] = weakref.WeakSet()
 _folder: threading.Thread | None = None
-
-
-def _fold_feeds() -> None:
-    """Turn every feed's pending events into samples (the caller holds ``_FOLD_LOCK``)."""
-    for feed in list(_FEEDS):
-        try:
-            feed.fold()
-        except Exception:  # neither the folder thread nor a scrape may die of it
-            log.exception("Folding the observations of %r failed", feed)
 
 
 def _fold_forever() -> None:
     while True:
         time.sleep(FOLD_INTERVAL_S)
         with _FOLD_LOCK:
-            _fold_feeds()
             for histogram in list(_LIVE):
                 histogram.fold()
 
@@ -165,7 +103,6 @@ def _forget_folder() -> None:
     _folder = None
     _FOLD_LOCK = threading.Lock()
     _LIVE.clear()
-    _FEEDS.clear()
 
 
 os.register_at_fork(after_in_child=_forget_folder)
@@ -226,7 +163,6 @@ class LoopHistogram(Collector):
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         les = [_le(b) for b in self.bounds] + ["+Inf"]
         with _FOLD_LOCK:
-            _fold_feeds()  # what the loop recorded as events before the scrape began, too
             self.fold()
             read = [(key, list(c.counts), c.sum) for key, c in list(self._children.items())]
         for key, counts, total in read:

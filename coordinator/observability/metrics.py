@@ -9,12 +9,12 @@ Hot-path rules (the target is at most 5% of steady heartbeat throughput for metr
 tracing together, bench/observability.py):
 
 * label children are bound once and kept (:class:`RequestSeries`, the per-shard lists):
-  recording is a dict or list lookup plus ``observe``/``inc``, never ``labels(**dict)``;
+  recording is a dict or list lookup plus ``observe``/``inc``, never ``labels(**dict)``; a
+  request answered without error (nearly all) records its latency with no lookup at all
+  (``RequestSeries.ok``);
 * a histogram observation on the loop is one list append (:class:`LoopHistogram`); values are
-  bucketed in bulk off the request path, by a folder thread every second and by each scrape;
-* an event that yields several samples or a label worked out from its answer is one append of
-  its raw timestamps (:class:`_Feed`: a request's latency by error code, a command's queue and
-  processing times), turned into samples by the same folder before any histogram is folded;
+  bucketed in bulk off the request path, in C-level passes, by a folder thread every second
+  and by each scrape;
 * values the coordinator already holds (group and member counts, offsets, load times, shard
   states) are read at scrape time by :class:`StateCollector`, on the event loop, never counted
   on every request;
@@ -48,7 +48,7 @@ from prometheus_client.registry import Collector
 from coordinator.core.events import Cause
 
 from .cluster_metrics import cluster_families
-from .histograms import CommandTimes, LoopHistogram, _Feed, _LoopChild
+from .histograms import LoopHistogram, _LoopChild
 
 log = logging.getLogger("kip848.metrics")
 
@@ -317,28 +317,34 @@ FORWARDED = "forwarded"
 coordinator, or forwarded to the upstream broker (``--kafka-upstream``) and passed back."""
 
 
-class RequestSeries(_Feed):
+class RequestSeries:
     """The latency series of one RPC on one protocol, children bound per error code on first
-    use. The service layer's wrapper records each request as one event, ``record((arrival,
-    end, error code))`` (``time.monotonic()`` both), turned into a sample of its error code's
-    child off the loop (:class:`_Feed`); :meth:`observe` records a sample at once (forwarded
-    Kafka requests)."""
+    use. The service layer's wrapper records each request's latency with :meth:`ok` (answered
+    without error: the NONE child's append, no lookup) or :meth:`observe` (any other code, and
+    forwarded Kafka requests)."""
 
-    __slots__ = ("_histogram", "_protocol", "_route", "_rpc", "children")
+    __slots__ = ("_histogram", "_protocol", "_route", "_rpc", "children", "ok")
 
     def __init__(
         self, histogram: LoopHistogram, rpc: str, protocol: str, route: str = SERVED
     ) -> None:
-        super().__init__()
         self._histogram = histogram
         self._rpc = rpc
         self._protocol = protocol
         self._route = route
         self.children: dict[int, _LoopChild] = {}
+        self.ok: Callable[[float], None] = self._first_ok
+        """Record the latency of a request answered without error (error="NONE")."""
+
+    def _first_ok(self, seconds: float) -> None:
+        """:attr:`ok` until the NONE child is bound (on the first such answer: a series is
+        exported once it has a sample), then that child's ``observe`` itself."""
+        child = self.child(0)
+        self.ok = child.observe
+        child.observe(seconds)
 
     def child(self, error_code: int) -> _LoopChild:
-        """The series of answers with ``error_code`` (bound on first use, on either thread:
-        ``setdefault`` keeps the first one bound)."""
+        """The series of answers with ``error_code`` (bound on first use)."""
         child = self.children.get(error_code)
         if child is None:
             child = self.children.setdefault(
@@ -354,14 +360,6 @@ class RequestSeries(_Feed):
         if child is None:
             child = self.child(error_code)
         child.observe(seconds)
-
-    def samples(self, events: list[tuple[Any, ...]]) -> None:
-        children = self.children
-        for arrival, end, code in events:
-            child = children.get(code)
-            if child is None:
-                child = self.child(code)
-            child.pending.append(end - arrival)
 
 
 ABORTED = -1000
@@ -562,7 +560,6 @@ class CoordinatorMetrics:
         self._queue: list[_LoopChild] = []
         self._processing: list[_LoopChild] = []
         self._purgatory: list[_LoopChild] = []
-        self._command_times: list[CommandTimes] = []
         self._rebalance_children = {c: self.rebalances.labels(c) for c in REBALANCE_CAUSES}
         self._timeout_children = {k: self.timeouts.labels(k) for k in TIMEOUT_KINDS}
         self._commit_children: dict[int, Any] = {}
@@ -578,20 +575,18 @@ class CoordinatorMetrics:
         """Create the per-shard children (at 0) for shards ``0..count-1`` and the topic
         registry, the runtime's state machine number ``count`` (label ``shard="registry"``)."""
         del self._queue[count:], self._processing[count:], self._purgatory[count:]
-        del self._command_times[count:]
         for s in range(len(self._queue), count + 1):
             label = "registry" if s == count else str(s)
             self._queue.append(self.event_queue_time.labels(label))
             self._processing.append(self.event_processing_time.labels(label))
             self._purgatory.append(self.event_purgatory_time.labels(label))
 
-    def shard_times(self) -> list[Callable[[tuple[float, float, float | None]], None]]:
-        """Per state machine (bound by :meth:`bind_shards`): the ``record`` of its
-        :class:`CommandTimes` (one append per command)."""
-        times = self._command_times
-        for s in range(len(times), len(self._queue)):
-            times.append(CommandTimes(self._queue[s], self._processing[s]))
-        return [t.record for t in times[: len(self._queue)]]
+    def command_observers(
+        self,
+    ) -> tuple[list[Callable[[float], None]], list[Callable[[float], None]]]:
+        """Per state machine (bound by :meth:`bind_shards`): the ``observe`` of its queue-time
+        and of its processing-time series (one append each per command)."""
+        return [c.observe for c in self._queue], [c.observe for c in self._processing]
 
     def _grow(self, count: int) -> None:
         for s in range(len(self._queue), count):

@@ -64,7 +64,8 @@ class RuntimeObserver:
     __slots__ = (
         "_batch_events",
         "_batch_spans",
-        "_times",
+        "_processing",
+        "_queue",
         "_waits",
         "metrics",
         "rebalances",
@@ -82,24 +83,31 @@ class RuntimeObserver:
         """The last traced command's span context (tracing on), until :meth:`ran` takes it.
         The runtime calls :meth:`ran` for a command that left no records and no events and
         waits for no batch only while this is set: there is nothing else to do for it."""
-        # per state machine, bound by attach() (metrics on): CommandTimes.record
-        self._times: list[Callable[[tuple[float, float, float | None]], None]] = []
+        # per state machine, bound by attach() (metrics on): its queue-time and processing-time
+        # series' observe
+        self._queue: list[Callable[[float], None]] = []
+        self._processing: list[Callable[[float], None]] = []
 
     # ------------------------------------------------------------------ commands
 
     def run_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         if _TRACING.enabled and _ACTIVE.get():
             return self._traced_command(shard, fn, machine)
-        times = self._times
-        if not times:  # tracing on, metrics off: nothing to measure
+        processing = self._processing
+        if not processing:  # tracing on, metrics off: nothing to measure
             return fn(machine)
         start = monotonic()
         try:
             return fn(machine)
         finally:
-            # On every command: one append of its times (CommandTimes: its queue and processing
-            # samples are worked out off the loop).
-            times[shard]((start, monotonic(), _ARRIVAL_GET()))
+            # On every command: its processing time and, run for a request (ARRIVAL: the
+            # request's, while it runs), its queue time, one append each.
+            processing[shard](monotonic() - start)
+            request = _ARRIVAL_GET()
+            if request is not None:
+                arrival = request[0]
+                if arrival is not None:
+                    self._queue[shard](start - arrival if start > arrival else 0.0)
 
     def _traced_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
         metrics = self.metrics
@@ -118,7 +126,8 @@ class RuntimeObserver:
                 out = fn(machine)
             finally:
                 if metrics is not None:
-                    arrival = ARRIVAL.get()
+                    request = ARRIVAL.get()
+                    arrival = None if request is None else request[0]
                     metrics.command(
                         shard,
                         None if arrival is None else start - arrival,
@@ -247,7 +256,7 @@ class RuntimeObserver:
         ``shard_count`` is the topic registry) and returns the assignors to use (timed)."""
         if self.metrics is not None:
             self.metrics.bind_shards(shard_count)
-            self._times = self.metrics.shard_times()
+            self._queue, self._processing = self.metrics.command_observers()
         return [
             (TimedIncrementalAssignor if incremental_method(a) else TimedAssignor)(a, self.metrics)
             for a in assignors

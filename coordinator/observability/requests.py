@@ -18,8 +18,8 @@ imports nothing from the server:
   starts when the codec hands the request to the service layer) and, with tracing on, the
   caller's W3C trace context (``Caller.trace_metadata``: a look for ``traceparent`` in the
   call's metadata; the client id and address, when nothing else needs them, are read only for
-  a request that is traced, ``Caller.identity()``). :data:`ARRIVAL` carries the arrival on to the runtime (queue
-  time). A Kafka request starts its clock when the listener hands it to the service layer.
+  a request that is traced, ``Caller.identity()``). :data:`ARRIVAL` carries the arrival on
+  to the runtime (queue time). A Kafka request starts its clock when the listener hands it to the service layer.
 * The sampling decision is made once per request, in the service layer's wrapper: a caller's
   trace context is followed (:func:`_open_span` extracts it and its sampled flag decides), any
   other request is drawn at the ratio (``tracing.STATE.draw()``, the next decision of a schedule
@@ -69,9 +69,10 @@ from .metrics import (
     error_name,
 )
 
-ARRIVAL: ContextVar[float | None] = ContextVar("kip848_request_arrival", default=None)
-"""When the current request reached a process of ours (``time.monotonic()``); read by the
-service layer's wrapper (latency) and the runtime observer (queue time)."""
+ARRIVAL: ContextVar[list[float | None] | None] = ContextVar("kip848_request_arrival", default=None)
+"""The current request's ``[arrival]``: when it reached a process of ours (``time.monotonic()``),
+``[None]`` once it was answered (its context may outlive it: a command run there later has no
+request's queue time); read by the runtime observer (queue time)."""
 
 log = logging.getLogger("kip848.metrics")
 
@@ -360,9 +361,9 @@ def request_hook(rpc: Any, metrics: CoordinatorMetrics | None) -> RequestHook:
     """The observation of one RPC (``rpc``: the server's ``RpcInfo``). ``begin`` starts the
     clock and the sampled span, ``end`` stops them, records the request and writes the audit
     lines. On the way of a steady heartbeat with metrics on: two clock reads, :data:`ARRIVAL`
-    set, read and reset, and one append of ``(arrival, end, error code)`` to its series
-    (:class:`~.metrics.RequestSeries`: the sample is worked out off the loop); tracing on, the
-    sampling decision (``STATE.draw()``: one C call) — nothing else."""
+    set (a one-item list, emptied at the end: no reset) and one append of its latency to its
+    series (``RequestSeries.ok``, answered without error); tracing on, the sampling decision
+    (``STATE.draw()``: one C call) — nothing else."""
     name = rpc.method
     counts_offsets = metrics is not None and name in ("offset_commit", "offset_delete")
     after = rpc.audited or counts_offsets
@@ -399,39 +400,41 @@ def request_hook(rpc: Any, metrics: CoordinatorMetrics | None) -> RequestHook:
 
         return RequestHook(begin_untimed, end_untimed)
 
-    record_grpc = metrics.request_series(rpc.name, "grpc").record
-    record_kafka = metrics.request_series(rpc.kafka_name, "kafka").record
+    grpc_series = metrics.request_series(rpc.name, "grpc")
+    kafka_series = metrics.request_series(rpc.kafka_name, "kafka")
     monotonic = time.monotonic
     set_arrival = ARRIVAL.set
-    get_arrival = ARRIVAL.get
-    reset_arrival = ARRIVAL.reset
 
     def begin(req: Any, caller: Any) -> Any:
         # A forwarded call's clock started in its front end; any other request's starts here,
         # when its codec hands it to the service layer. ARRIVAL: the runtime's queue time.
         received = caller.received
-        token = set_arrival(monotonic() if received is None else received)
+        request = [monotonic() if received is None else received]
+        set_arrival(request)
         if state.enabled and (
             caller.trace_metadata is not None or (state.draw() and state.admit())
         ):
             span = _open_span(rpc, req, caller)
             if span is not None:
-                return token, span
-        return token
+                return request, span
+        return request
 
     def end(began: Any, req: Any, caller: Any, answer: Any) -> None:
         if type(began) is tuple:  # traced
             began, span = began
             _close_span(span, answer, error_code)
-        (record_grpc if caller.api_version is None else record_kafka)(
-            (
-                get_arrival(),
-                monotonic(),
-                ABORTED if answer is None else error_code(answer),
-            )
-        )
-        reset_arrival(began)
-        if after and answer is not None:
+        arrival = began[0]
+        began[0] = None  # answered: a command run in its context from now on is no request's
+        series = grpc_series if caller.api_version is None else kafka_series
+        if answer is None:
+            series.observe(ABORTED, monotonic() - arrival)
+            return
+        code = error_code(answer)
+        if code:
+            series.observe(code, monotonic() - arrival)
+        else:
+            series.ok(monotonic() - arrival)
+        if after:
             observe_after(req, caller, answer)
 
     return RequestHook(begin, end)

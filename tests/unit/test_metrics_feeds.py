@@ -1,8 +1,9 @@
-"""Requests and commands recorded as one append each (``metrics._Feed``), their samples worked
-out off the loop: the latency, queue-time and processing-time histograms of a known sequence of
-calls are exact (counts, sums, buckets, by RPC, protocol, error code and shard), and a scrape
-sees every request answered before it began, with counts that never go down while requests
-are answered during scrapes."""
+"""Requests and commands recorded as plain appends on the loop (``histograms.LoopHistogram``),
+bucketed off the loop: the latency, queue-time and processing-time histograms of a known
+sequence of calls are exact (counts, sums, buckets, by RPC, protocol, error code and shard), a
+command run in a request's context after the request was answered has no queue time, and a
+scrape sees every request answered before it began, with counts that never go down while
+requests are answered during scrapes."""
 
 from __future__ import annotations
 
@@ -233,30 +234,42 @@ def test_a_scrape_sees_every_request_answered_before_it_began(clock: Clock) -> N
     assert final[("_sum", labels, "")] == pytest.approx(total / 2 * 0.00205, rel=1e-9)
 
 
-def test_the_folder_thread_turns_events_into_samples_without_a_scrape(clock: Clock) -> None:
+def test_the_folder_thread_buckets_the_samples_without_a_scrape(clock: Clock) -> None:
     calls = Calls(clock)
     for _ in range(100):
         calls.call(GRPC, ErrorCode.NONE, queued=0.0, processing=0.001, after=0.0)
-    feeds = list(h._FEEDS)
+    child = calls.metrics.event_processing_time.labels("0")
+    assert len(child.pending) == 100
     with h._FOLD_LOCK:  # as the folder thread does, every FOLD_INTERVAL_S
-        h._fold_feeds()
         for live in list(h._LIVE):
             live.fold()
-    assert all(not feed.pending for feed in feeds)
-    child = calls.metrics.event_processing_time.labels("0")
     assert child.pending == [] and sum(child.counts) == 100
+    latency = calls.metrics.request_series("ConsumerGroupHeartbeat", "grpc").child(0)
+    assert latency.pending == [] and sum(latency.counts) == 100
 
 
-def test_a_failing_feed_never_stops_the_folder(
-    clock: Clock, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_bad_value_never_stops_the_folder(clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
     calls = Calls(clock)
     series_ = calls.metrics.request_series("ConsumerGroupHeartbeat", "grpc")
-    series_.record(("not", "a", "request"))  # type: ignore[arg-type]
-    calls.call(GRPC, ErrorCode.NONE, queued=0.0, processing=0.0, after=0.001)
+    series_.ok("not a number")  # type: ignore[arg-type]
     with h._FOLD_LOCK:
-        h._fold_feeds()
-    assert "Folding the observations" in caplog.text
+        for live in list(h._LIVE):
+            live.fold()
+    assert "Folding 1 observations failed" in caplog.text
     calls.call(GRPC, ErrorCode.NONE, queued=0.0, processing=0.0, after=0.001)  # and it goes on
     latency = histogram(calls.metrics, "kip848_request_duration_seconds")
     assert sum(v for (suffix, _, _), v in latency.items() if suffix == "_count") == 1
+
+
+def test_a_command_run_in_an_answered_request_s_context_has_no_queue_time(clock: Clock) -> None:
+    """The request's context may outlive it (a Kafka connection serves its queued requests one
+    after the other in one task): a command run there once the request was answered is no
+    request's, as a timer's is not."""
+    calls = Calls(clock)
+    began = calls.hook.begin(object(), GRPC)
+    calls.hook.end(began, object(), GRPC, answer(ErrorCode.NONE))
+    calls.runtime.run_command(0, lambda _machine: None, None)
+    assert series(histogram(calls.metrics, "kip848_event_queue_time_seconds"), shard="0") == (
+        expected([])
+    )
+    assert calls.metrics.event_processing_time.labels("0").counts[0] == 1

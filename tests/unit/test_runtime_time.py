@@ -275,7 +275,7 @@ async def test_timers_and_first_targets_run_outside_the_request_that_scheduled_t
 
     shard.on_timer = timer_seen  # type: ignore[method-assign]
     shard.groups.first_target = first_seen  # type: ignore[method-assign]
-    ARRIVAL.set(123.0)  # what the service layer sets while it handles a request
+    ARRIVAL.set([123.0])  # what the service layer sets while it handles a request
     await rt.heartbeat(join("g", member_id="dead"))  # parked, then answered; arms its session
     await wait_removed(rt, "g", "dead", limit_s=5.0)
     await rt.close()
