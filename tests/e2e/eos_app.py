@@ -18,9 +18,24 @@ pending). ``producer``, ``consumer``: more of the producer's and the consumer's 
 (librdkafka's names).
 
 Each line of stdout is JSON, with the time it was written (``at``): the process's start
-(``{"started": pid}``), each assignment and revocation, each rewind, and each transaction's end
-(``{"committed": n, ...}``, ``{"aborted": ...}``, ``{"retry": ...}``, ``{"fatal": ...}``) with
-its name (``txn``, as in its outputs) and the offsets it sent.
+(``{"started": pid}``), each assignment (with the offsets it starts at) and revocation, each
+rewind, and each transaction's end (``{"committed": n, ...}``, ``{"aborted": ...}``,
+``{"retry": ...}``, ``{"fatal": ...}``) with its name (``txn``, as in its outputs) and the
+offsets it sent.
+
+**Where an assigned partition starts.** The consumer does not let librdkafka look up the
+committed offsets of the partitions it is given: it asks for them itself (``committed()``, which
+with read_committed requires stable offsets and waits while another producer's transaction
+holds offsets of the partition pending) and assigns each partition at its offset (the beginning
+when the group has none: ``auto.offset.reset=earliest``). librdkafka's own lookup (2.16) starts a
+partition at ``auto.offset.reset`` when an OffsetFetch that was answered UNSTABLE_OFFSET_COMMIT
+for it is handled after the assignment changed (a rebalance that gave the partition back, or
+any incremental change): its assignment code puts the partition back on its pending list with
+the answer's offset, which is −1, INVALID, and a pending partition at INVALID is started at
+``auto.offset.reset`` — here the beginning, so the inputs up to the pending offsets are
+processed again and their outputs committed twice (any broker answers a pending partition
+−1 with UNSTABLE_OFFSET_COMMIT, Kafka's own group coordinator too). A rewind waits for stable
+offsets the same way, and never takes a partition it could not read for one without offsets.
 """
 
 from __future__ import annotations
@@ -31,13 +46,17 @@ import sys
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 TIMEOUT_S = 30.0
+STABLE_WAIT_S = 90.0
+"""How long an assignment or a rewind waits for the committed offsets to be stable (another
+producer's transaction ends, or an InitProducerId of its transactional id aborts it)."""
 
 
-def main(config: dict[str, Any]) -> int:
-    consumer = Consumer(
+def new_consumer(config: dict[str, Any]) -> Consumer:
+    """The application's read_committed consumer of ``config["group"]`` (not subscribed yet)."""
+    return Consumer(
         {
             "bootstrap.servers": config["bootstrap"],
             "group.id": config["group"],
@@ -54,6 +73,30 @@ def main(config: dict[str, Any]) -> int:
             **config.get("consumer", {}),
         }
     )
+
+
+def subscribe(consumer: Consumer, topics: list[str], protocol: str) -> None:
+    """Subscribe; each partition assigned starts at its stable committed offset (module doc).
+    KIP-848's protocol assigns incrementally, the classic one (eager assignors) in whole."""
+    incremental = protocol == "consumer"
+
+    def on_assign(c: Consumer, partitions: list[TopicPartition]) -> None:
+        positions = committed_positions(c, partitions)
+        say({"assigned": {f"{tp.topic}:{tp.partition}": tp.offset for tp in positions}})
+        if incremental:
+            c.incremental_assign(positions)
+        else:
+            c.assign(positions)
+
+    consumer.subscribe(
+        topics,
+        on_assign=on_assign,
+        on_revoke=lambda _c, tps: say({"revoked": [f"{tp.topic}:{tp.partition}" for tp in tps]}),
+    )
+
+
+def main(config: dict[str, Any]) -> int:
+    consumer = new_consumer(config)
     producer = Producer(
         {
             "bootstrap.servers": config["bootstrap"],
@@ -66,11 +109,7 @@ def main(config: dict[str, Any]) -> int:
     pid = os.getpid()
     say({"started": pid, "transactional_id": config["transactional_id"]})
     producer.init_transactions(TIMEOUT_S)
-    consumer.subscribe(
-        [config["input"]],
-        on_assign=lambda _c, tps: say({"assigned": [tp.partition for tp in tps]}),
-        on_revoke=lambda _c, tps: say({"revoked": [tp.partition for tp in tps]}),
-    )
+    subscribe(consumer, [config["input"]], config.get("protocol", "consumer"))
     seq = 0
     idle_since = time.monotonic()
     try:
@@ -122,17 +161,43 @@ def say(line: dict[str, Any]) -> None:
     print(json.dumps({**line, "at": round(time.time(), 3)}), flush=True)
 
 
+def committed_positions(
+    consumer: Consumer, partitions: list[TopicPartition]
+) -> list[TopicPartition]:
+    """Each partition at its committed offset once stable, the beginning if the group has none.
+    ``committed()`` retries UNSTABLE_OFFSET_COMMIT for its timeout; a partition still in error
+    then (or a retriable failure of the whole call) is asked again, up to ``STABLE_WAIT_S``;
+    after that the error is raised: a partition is never started without its offset."""
+    deadline = time.monotonic() + STABLE_WAIT_S
+    asked = [TopicPartition(tp.topic, tp.partition) for tp in partitions]
+    while True:
+        try:
+            answer = consumer.committed(asked, TIMEOUT_S)
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            continue
+        errors = [tp.error for tp in answer if tp.error is not None]
+        if not errors:
+            return [
+                TopicPartition(
+                    tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+                )
+                for tp in answer
+            ]
+        if time.monotonic() > deadline:
+            raise KafkaException(errors[0])
+
+
 def rewind(consumer: Consumer) -> None:
     """Back to the committed offsets (the aborted transaction's inputs are read again)."""
     assignment = consumer.assignment()
     if not assignment:
         return
-    positions: dict[str, int] = {}
-    for tp in consumer.committed(assignment, TIMEOUT_S):
-        offset = tp.offset if tp.offset >= 0 else 0
-        consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
-        positions[str(tp.partition)] = tp.offset
-    say({"rewound": positions})
+    positions = committed_positions(consumer, assignment)
+    for tp in positions:
+        consumer.seek(tp)
+    say({"rewound": {f"{tp.topic}:{tp.partition}": tp.offset for tp in positions}})
 
 
 if __name__ == "__main__":

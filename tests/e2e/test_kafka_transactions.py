@@ -554,3 +554,74 @@ def test_kafka_pythons_transactional_producer(stack: Stack) -> None:
             assert fetch(True) == [(11, E.none)]
     finally:
         producer.close()
+
+
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_a_partition_given_back_while_its_offsets_are_pending_starts_at_the_committed_offset(
+    stack: Stack, protocol: str
+) -> None:
+    """The application's consumer (tests/e2e/eos_app.py) starts a partition at its stable
+    committed offset even when the partition comes back to it in a rebalance while another
+    producer's transaction holds its offsets pending. librdkafka's own lookup (2.16) would start
+    it at auto.offset.reset — the beginning: an OffsetFetch answered UNSTABLE_OFFSET_COMMIT
+    (offset −1, as Kafka answers) and handled after the assignment changed puts the partition
+    back as pending at INVALID — which is how tests/e2e's exactly-once check once found the
+    first five inputs of a partition committed twice (eos_app's module doc). Here: committed
+    offset 10, a transaction with offset 20 pending; the consumer (subscribed to ``in`` and
+    ``side``) gets ``in``; another consumer joins for ``side`` (a rebalance that leaves ``in``
+    where it was); the transaction is aborted. The consumer reads ``in`` from 10 on, and
+    nothing of it before the abort."""
+    import eos_app
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    group, topic = f"gb-{protocol}", f"gb-in-{protocol}"
+    client = stack.server.client()
+    create_topics(client, **{topic: 1, f"gb-side-{protocol}": 2, f"gb-out-{protocol}": 1})
+    client.close()
+    produce(stack.address, topic, [f"v{i}" for i in range(30)], 1)
+    admin = Consumer({"bootstrap.servers": stack.address, "group.id": group})
+    admin.commit(offsets=[TopicPartition(topic, 0, 10)], asynchronous=False)
+    producer = Producer({"bootstrap.servers": stack.address, "transactional.id": f"gb-{protocol}"})
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    producer.produce(f"gb-out-{protocol}", b"x", partition=0)
+    producer.send_offsets_to_transaction(
+        [TopicPartition(topic, 0, 20)], admin.consumer_group_metadata(), 20
+    )
+    admin.close()
+    config = {"bootstrap": stack.address, "group": group, "protocol": protocol}
+    read: list[tuple[int, float]] = []  # (offset of `in`, when)
+    stop = threading.Event()
+
+    def run(topics: list[str], own: bool) -> None:
+        consumer = eos_app.new_consumer(config)
+        if own:
+            eos_app.subscribe(consumer, topics, protocol)
+        else:
+            consumer.subscribe(topics)
+        try:
+            while not stop.is_set():
+                for m in consumer.consume(num_messages=10, timeout=0.1):
+                    if not m.error() and m.topic() == topic:
+                        read.append((m.offset(), time.time()))
+        finally:
+            consumer.close()
+
+    threads = [threading.Thread(target=run, args=([topic, f"gb-side-{protocol}"], True))]
+    threads[0].start()
+    time.sleep(3)  # assigned; the offsets of `in` unstable
+    threads.append(threading.Thread(target=run, args=([f"gb-side-{protocol}"], False)))
+    threads[1].start()
+    time.sleep(4)  # the rebalance
+    aborted_at = time.time()
+    producer.abort_transaction(20)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not set(range(10, 30)) <= {o for o, _ in read}:
+        time.sleep(0.2)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert read, "nothing read"
+    assert min(o for o, _ in read) == 10, [o for o, _ in read]
+    assert {o for o, _ in read} == set(range(10, 30)), [o for o, _ in read]
+    assert all(at >= aborted_at for _, at in read), (aborted_at, read[:3])
