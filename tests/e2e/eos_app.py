@@ -11,7 +11,8 @@ polled, one transaction writes every record's output (value
 the output topic; the last field says which process and which of its transactions wrote it) and
 commits the inputs' next offsets with ``send_offsets_to_transaction`` — the canonical loop of
 Kafka's exactly-once semantics. An abortable error aborts the transaction and rewinds to the
-committed offsets; a fatal one (the producer fenced) ends the process with exit code 3. It exits
+committed offsets; a retriable one is retried (``transact``); a fatal one (the producer fenced,
+or retries that kept failing) ends the process with exit code 3. It exits
 0 after ``idle_s`` without input. ``delay_s``: how long each transaction waits between sending
 its offsets and committing (so that kills and rebalances land inside transactions, with offsets
 pending). ``producer``, ``consumer``: more of the producer's and the consumer's settings
@@ -44,11 +45,14 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
 TIMEOUT_S = 30.0
+ATTEMPTS = 5
+"""Calls of send_offsets_to_transaction or commit_transaction while they fail retriably."""
 STABLE_WAIT_S = 90.0
 """How long an assignment or a rewind waits for the committed offsets to be stable (another
 producer's transaction ends, or an InitProducerId of its transactional id aborts it)."""
@@ -119,42 +123,74 @@ def main(config: dict[str, Any]) -> int:
                 continue
             idle_since = time.monotonic()
             seq += 1
-            tag = f"{config['transactional_id']}/{pid}/{seq}"
-            sent: dict[str, int] = {}
-            try:
-                producer.begin_transaction()
-                for m in batch:
-                    value = f"{m.partition()}:{m.offset()}:{m.value().decode()}:{tag}"
-                    producer.produce(config["output"], value.encode(), partition=m.partition())
-                # The batch's own next offsets: a partition revoked since it was polled is
-                # committed with the rest, and the group refuses it if it is no longer ours
-                # (an abortable error: the transaction, its output too, is aborted).
-                nexts: dict[tuple[str, int], int] = {}
-                for m in batch:
-                    nexts[(m.topic(), m.partition())] = m.offset() + 1
-                positions = [TopicPartition(t, p, o) for (t, p), o in sorted(nexts.items())]
-                sent = {str(tp.partition): tp.offset for tp in positions}
-                producer.send_offsets_to_transaction(
-                    positions, consumer.consumer_group_metadata(), TIMEOUT_S
-                )
-                time.sleep(config.get("delay_s", 0))
-                producer.commit_transaction(TIMEOUT_S)
-                say({"committed": len(batch), "txn": tag, "offsets": sent})
-            except KafkaException as exc:
-                error = exc.args[0]
-                if error.txn_requires_abort():
-                    producer.abort_transaction(TIMEOUT_S)
-                    rewind(consumer)
-                    say({"aborted": str(error), "txn": tag, "offsets": sent})
-                elif error.retriable():
-                    say({"retry": str(error), "txn": tag, "offsets": sent})
-                    rewind(consumer)
-                else:
-                    say({"fatal": str(error), "txn": tag, "offsets": sent})
-                    return 3
+            outcome = transact(
+                producer, consumer, batch, config, f"{config['transactional_id']}/{pid}/{seq}"
+            )
+            if outcome == "fatal":
+                return 3
     finally:
         consumer.close()
     return 0
+
+
+def transact(
+    producer: Producer, consumer: Consumer, batch: list[Any], config: dict[str, Any], tag: str
+) -> str:
+    """One transaction: the batch's outputs and its inputs' next offsets; "committed",
+    "aborted" (an abortable error: aborted, and the consumer rewound to the committed offsets)
+    or "fatal" (the producer cannot go on: the process ends, and its restart's InitProducerId
+    settles what it left). A retriable error is retried as librdkafka documents it:
+    ``send_offsets_to_transaction`` with the same offsets and group metadata, and
+    ``commit_transaction`` called again, which resumes the commit going on in the background
+    (a timeout); never a rewind or a new transaction while this one may still commit."""
+    sent: dict[str, int] = {}
+    try:
+        producer.begin_transaction()
+        for m in batch:
+            value = f"{m.partition()}:{m.offset()}:{m.value().decode()}:{tag}"
+            producer.produce(config["output"], value.encode(), partition=m.partition())
+        # The batch's own next offsets: a partition revoked since it was polled is committed
+        # with the rest, and the group refuses it if it is no longer ours (an abortable error:
+        # the transaction, its output too, is aborted).
+        nexts: dict[tuple[str, int], int] = {}
+        for m in batch:
+            nexts[(m.topic(), m.partition())] = m.offset() + 1
+        positions = [TopicPartition(t, p, o) for (t, p), o in sorted(nexts.items())]
+        sent = {str(tp.partition): tp.offset for tp in positions}
+        group = consumer.consumer_group_metadata()
+        retrying(lambda: producer.send_offsets_to_transaction(positions, group, TIMEOUT_S), tag)
+        time.sleep(config.get("delay_s", 0))
+        retrying(lambda: producer.commit_transaction(TIMEOUT_S), tag)
+        say({"committed": len(batch), "txn": tag, "offsets": sent})
+        return "committed"
+    except KafkaException as exc:
+        error = exc.args[0]
+        if error.txn_requires_abort():
+            producer.abort_transaction(TIMEOUT_S)
+            rewind(consumer)
+            say({"aborted": str(error), "txn": tag, "offsets": sent})
+            return "aborted"
+        say({"fatal": str(error), "txn": tag, "offsets": sent})
+        return "fatal"
+
+
+def retrying(call: Callable[[], None], tag: str) -> None:
+    """``call``, again after each retriable error, up to ``ATTEMPTS`` calls in all (each retry
+    printed); any other error, or the last one, is raised."""
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            call()
+            return
+        except KafkaException as exc:
+            error = exc.args[0]
+            if (
+                not error.retriable()
+                or error.txn_requires_abort()
+                or error.fatal()
+                or attempt == ATTEMPTS
+            ):
+                raise
+            say({"retry": str(error), "txn": tag, "attempt": attempt})
 
 
 def say(line: dict[str, Any]) -> None:
