@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -49,7 +50,24 @@ def topic(stack: KafkaStack, name: str) -> set[Partition]:
 
 
 def wait_committed(admin: Any, fleet: Fleet, group: str, wanted: dict[Partition, int]) -> None:
-    fleet.wait_for(lambda: committed(admin, group) == wanted, SETTLE_S, f"commits {wanted}")
+    """Until ``group``'s committed offsets are ``wanted`` and the fleet has read the commit
+    events that say so: a consumer prints the records it processed before it commits them,
+    but the offsets can be seen committed before the test's reader thread has read those lines
+    (a loaded machine), so the records consumed are checked only once their commits are read."""
+    fleet.wait_for(
+        lambda: committed(admin, group) == wanted and fleet_committed(fleet, wanted) == wanted,
+        SETTLE_S,
+        f"commits {wanted}",
+    )
+
+
+def fleet_committed(fleet: Fleet, partitions: Iterable[Partition]) -> dict[Partition, int]:
+    """Of ``partitions``, the offsets the fleet's consumers last said they committed."""
+    latest: dict[Partition, int] = {}
+    for e in fleet.snapshot():
+        if e["event"] == "commit":
+            latest.update(((t, p), o) for t, p, o in e["offsets"])
+    return {tp: latest[tp] for tp in partitions if tp in latest}
 
 
 def by_consumer(fleet: Fleet, values: dict[str, tuple[int, int]]) -> dict[str, set[str]]:
