@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 from builders import make_runtime
+from test_forwarded_metadata_off_loop import watch_the_loop
 from test_server_authorization import ADMIN, ALICE, OP, acl, grant
 from test_server_services import Ctx
 
 from coordinator.core.topics import NewTopic
 from coordinator.security.acls import SUPPORTED_OPERATIONS, ResourceType
-from coordinator.security.authorizer import Authorizer, AuthorizerConfig
+from coordinator.security.authorizer import AuthorizerConfig
 from coordinator.server import services
 from coordinator.server.api import Caller, Node, TopicChanges
 from coordinator.server.kafka import served as served_module
@@ -146,22 +147,7 @@ async def test_a_metadata_answer_of_every_topic_with_acls_and_operations_is_buil
         include_topic_authorized_operations=True,
     )
     inline = await served.metadata_frame(asked, 12, 1, alice)
-    on_loop: list[str] = []
-    build, authorize = wire.build, Authorizer.authorize
-    loop_thread = threading.get_ident()
-
-    def watched_build(cls: Any, *args: Any, **kw: Any) -> Any:
-        if cls is wire.response_class(3, 12) and threading.get_ident() == loop_thread:
-            on_loop.append("built")
-        return build(cls, *args, **kw)
-
-    def watched_authorize(self: Authorizer, *question: Any) -> bool:
-        if threading.get_ident() == loop_thread:
-            on_loop.append(f"decided {question[-1]}")
-        return authorize(self, *question)
-
-    monkeypatch.setattr(wire, "build", watched_build)
-    monkeypatch.setattr(Authorizer, "authorize", watched_authorize)
+    on_loop = watch_the_loop(monkeypatch)
     monkeypatch.setattr(served_module, "OPERATIONS_INLINE", 1, raising=False)
     frame = await served.metadata_frame(asked, 12, 1, alice)
     assert frame == inline
