@@ -10,6 +10,9 @@ Handlers validate first (Kafka's per-entry error codes), then emit records (repl
 and return the response; reads return values. :attr:`acl_generation` changes with every ACL
 replay and is never reused (a rollback restores an older number together with the ACLs it
 numbered), so a cache of decisions keyed on it is never stale (``authorizer.py``).
+:meth:`acl_changes` says what changed between two generations (the last
+:data:`ACL_CHANGES_KEPT` replays; unknown across a rollback), so that the authorizer derives
+its next index from the last one instead of indexing every ACL again.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ from .scram import (
 )
 
 _GENERATION = "acl_generation"
+ACL_CHANGES_KEPT = 1024
+"""ACL replays whose change :meth:`SecurityMetadata.acl_changes` remembers."""
+
+AclChange = tuple[AclBinding, bool]
+"""An ACL added (True) or removed (False)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +113,10 @@ class SecurityMetadata:
         self._credentials = undo.new_dict()  # (user, ScramMechanism) -> ScramCredential
         self._meta = undo.new_dict()  # _GENERATION -> int
         self._generations = itertools.count(1)  # never rolled back: numbers are not reused
+        # generation -> (the generation it followed, its change or None: nothing changed).
+        # Not undone: a rolled-back generation's entry stays, unreachable (numbers are not
+        # reused); only the last ACL_CHANGES_KEPT are kept.
+        self._changes: dict[int, tuple[int, AclChange | None]] = {}
 
     # ------------------------------------------------------------ records
 
@@ -116,11 +128,21 @@ class SecurityMetadata:
 
     def _replay_acl(self, record: r.Record) -> None:
         key, value = r.typed(record, r.AccessControlEntryKey, r.AccessControlEntryValue)
+        change: AclChange | None = None
         if value is None:
-            self._acls.discard(key)
-        else:
-            self._acls[key] = AclBinding.of_key(key)
-        self._meta[_GENERATION] = next(self._generations)
+            old = self._acls.get(key)
+            if old is not None:
+                self._acls.discard(key)
+                change = (old, False)
+        elif key not in self._acls:
+            binding = AclBinding.of_key(key)
+            self._acls[key] = binding
+            change = (binding, True)
+        previous = self.acl_generation
+        generation = next(self._generations)
+        self._meta[_GENERATION] = generation
+        self._changes[generation] = (previous, change)
+        self._changes.pop(generation - ACL_CHANGES_KEPT, None)
 
     def _replay_credential(self, record: r.Record) -> None:
         key, value = r.typed(record, r.UserScramCredentialKey, r.UserScramCredentialValue)
@@ -305,6 +327,27 @@ class SecurityMetadata:
         """Changes with every ACL change (and its rollback); 0 before any ACL was replayed."""
         generation: int = self._meta.get(_GENERATION, 0)
         return generation
+
+    def acl_changes(self, since: int, limit: int = ACL_CHANGES_KEPT) -> list[AclChange] | None:
+        """The ACLs added and removed, in order, from generation ``since`` to the current one
+        (applied to the ACLs of ``since`` they give the current ACLs); None when that is not
+        known (older than the changes kept, more than ``limit`` replays, or ``since`` is not
+        on the current ACLs' history: a rollback since)."""
+        generation = self.acl_generation
+        out: list[AclChange] = []
+        steps = 0
+        while generation > since:
+            entry = self._changes.get(generation)
+            steps += 1
+            if entry is None or steps > limit:
+                return None
+            generation, change = entry
+            if change is not None:
+                out.append(change)
+        if generation != since:
+            return None
+        out.reverse()
+        return out
 
     def acls(self) -> Iterator[AclBinding]:
         return iter(self._acls.values())
