@@ -168,24 +168,33 @@ async def test_no_loop_step_applies_a_step_to_both_the_registry_and_its_committe
     monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
     async with node(open_store, 1) as writer, node(open_store, 2) as behind:
         await appends(writer)
-        replayed: dict[int, dict[str, int]] = {}
-
-        def counting(copy: str, replay: Callable[[Any], None]) -> Callable[[Any], None]:
-            def counted(record: Any) -> None:
-                per_step = replayed.setdefault(steps.now, {})
-                per_step[copy] = per_step.get(copy, 0) + 1
-                replay(record)
-
-            return counted
-
-        registry, committed = behind.rt.registry, behind.rt.committed.registry
-        monkeypatch.setattr(registry, "replay", counting("registry", registry.replay))
-        monkeypatch.setattr(committed, "replay", counting("committed", committed.replay))
+        replayed = count_replays(monkeypatch, behind, lambda: steps.now)
         with LoopSteps() as steps:
             await behind.follow(writer)
         assert [sum(n.values()) for n in replayed.values()] == [3, 3, 3, 3, 1, 1, 3, 3]
         assert [list(n) for n in replayed.values()] == [["registry"], ["committed"]] * 4
         assert await behind.state() == await writer.state()
+
+
+def count_replays(
+    monkeypatch: pytest.MonkeyPatch, n: Node, now: Callable[[], int]
+) -> dict[int, dict[str, int]]:
+    """Loop step (``now()``) -> copy ("registry", "committed") -> the records node ``n``
+    replayed into it in that step, counted from now on."""
+    replayed: dict[int, dict[str, int]] = {}
+
+    def counting(copy: str, replay: Callable[[Any], None]) -> Callable[[Any], None]:
+        def counted(record: Any) -> None:
+            per_step = replayed.setdefault(now(), {})
+            per_step[copy] = per_step.get(copy, 0) + 1
+            replay(record)
+
+        return counted
+
+    registry, committed = n.rt.registry, n.rt.committed.registry
+    monkeypatch.setattr(registry, "replay", counting("registry", registry.replay))
+    monkeypatch.setattr(committed, "replay", counting("committed", committed.replay))
+    return replayed
 
 
 def every_read(n: Node) -> tuple[Any, ...]:
@@ -213,19 +222,7 @@ async def test_an_append_larger_than_a_step_is_applied_in_parts_and_read_whole(
     once)."""
     monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
     async with node(open_store, 1) as writer, node(open_store, 2) as behind:
-        registry, committed = behind.rt.registry, behind.rt.committed.registry
-        replayed: dict[int, dict[str, int]] = {}
-
-        def counting(copy: str, replay: Callable[[Any], None]) -> Callable[[Any], None]:
-            def counted(record: Any) -> None:
-                per_step = replayed.setdefault(steps.now, {})
-                per_step[copy] = per_step.get(copy, 0) + 1
-                replay(record)
-
-            return counted
-
-        monkeypatch.setattr(registry, "replay", counting("registry", registry.replay))
-        monkeypatch.setattr(committed, "replay", counting("committed", committed.replay))
+        replayed = count_replays(monkeypatch, behind, lambda: steps.now)
         step_end, loop_thread, scanned_on = partitions_module._step_end, threading.get_ident(), []
 
         def watched_step_end(*args: Any) -> int:

@@ -18,6 +18,7 @@ from builders import make_runtime
 from test_server_authorization import ADMIN, ALICE, OP, acl, grant
 
 from coordinator.core.topics import NewTopic
+from coordinator.runtime import CoordinatorRuntime
 from coordinator.security.acls import SUPPORTED_OPERATIONS, ResourceType
 from coordinator.security.authorizer import Authorizer, AuthorizerConfig
 from coordinator.server.api import TopicChanges
@@ -55,6 +56,27 @@ def metadata_answer(names: tuple[str, ...], correlation_id: int = 9) -> bytes:
         topics=topics,
     )
     return wire.I32.pack(correlation_id) + b"\0" + wire.encode_body(answer)
+
+
+async def guarded_service() -> tuple[CoordinatorRuntime, CoordinatorService]:
+    """A started runtime and its service with ACLs on (``User:admin`` a super user): the
+    topics of NAMES, two partitions each; alice may READ ``pay-eu`` and DESCRIBE ``pay-*``,
+    another user may READ ``secret``, and no ACL names ``public``."""
+    rt = make_runtime()
+    await rt.start()
+    service = CoordinatorService(
+        rt, authorizer=AuthorizerConfig(super_users=frozenset({"User:admin"}))
+    )
+    await service.create_topics(
+        TopicChanges(entries=[NewTopic(name=n, num_partitions=2) for n in NAMES]), ADMIN
+    )
+    await grant(
+        service,
+        acl(2, "pay-eu", OP.READ),
+        acl(2, "pay-", OP.DESCRIBE, pattern=4),
+        acl(2, "secret", OP.READ, principal="User:other"),
+    )
+    return rt, service
 
 
 def watch_the_loop(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -157,20 +179,7 @@ async def test_a_large_guarded_metadata_answer_of_every_topic_is_filtered_off_th
     same frame as filtered on the loop (secret left out, each other topic with alice's
     operations), and nothing of it decoded, built or decided on the loop's thread. Before,
     on the loop whatever its size."""
-    rt = make_runtime()
-    await rt.start()
-    service = CoordinatorService(
-        rt, authorizer=AuthorizerConfig(super_users=frozenset({"User:admin"}))
-    )
-    await service.create_topics(
-        TopicChanges(entries=[NewTopic(name=n, num_partitions=2) for n in NAMES]), ADMIN
-    )
-    await grant(
-        service,
-        acl(2, "pay-eu", OP.READ),
-        acl(2, "pay-", OP.DESCRIBE, pattern=4),
-        acl(2, "secret", OP.READ, principal="User:other"),
-    )
+    rt, service = await guarded_service()
     frame = metadata_answer(NAMES)
 
     class Broker(Upstream):

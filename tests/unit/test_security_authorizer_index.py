@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_security_authorizer import acl as authorizer_acl
 
 from coordinator.core.commands import SequentialIds
 from coordinator.factory import new_cluster
@@ -20,7 +22,6 @@ from coordinator.security.acls import (
     AclPermissionType,
     PatternType,
     ResourceType,
-    new_binding,
 )
 from coordinator.security.authorizer import Authorizer, _decide, _Index
 from coordinator.security.metadata import AclCreation, SecurityMetadata
@@ -34,20 +35,12 @@ def acl(
     op: AclOperation = OP.READ,
     perm: AclPermissionType = PERM.ALLOW,
     *,
-    principal: str = "User:alice",
     rtype: ResourceType = RT.TOPIC,
-    pattern: PatternType = PT.LITERAL,
-    host: str = "*",
+    **kw: Any,
 ) -> AclBinding:
-    return new_binding(
-        resource_type=rtype,
-        resource_name=name,
-        pattern_type=pattern,
-        principal=principal,
-        host=host,
-        operation=op,
-        permission_type=perm,
-    )
+    """test_security_authorizer's ACL, by default a topic's READ."""
+    binding: AclBinding = authorizer_acl(name, op, perm, rtype=rtype, **kw)
+    return binding
 
 
 def exact(b: AclBinding) -> AclBindingFilter:

@@ -14,15 +14,14 @@ from typing import Any
 
 import pytest
 from builders import make_runtime
-from test_forwarded_metadata_off_loop import watch_the_loop
-from test_server_authorization import ADMIN, ALICE, OP, acl, grant
+from test_forwarded_metadata_off_loop import guarded_service, watch_the_loop
+from test_server_authorization import ALICE, OP
 from test_server_services import Ctx
 
 from coordinator.core.topics import NewTopic
 from coordinator.security.acls import SUPPORTED_OPERATIONS, ResourceType
-from coordinator.security.authorizer import AuthorizerConfig
 from coordinator.server import services
-from coordinator.server.api import Caller, Node, TopicChanges
+from coordinator.server.api import Caller, Node
 from coordinator.server.kafka import served as served_module
 from coordinator.server.kafka import wire
 from coordinator.server.kafka.served import KafkaApis
@@ -123,21 +122,7 @@ async def test_a_metadata_answer_of_every_topic_with_acls_and_operations_is_buil
     loop: ``secret`` left out, each other topic with alice's operations (READ implies
     DESCRIBE). Before, every topic's check and operations were decided on the loop (8 a
     topic, the answer built there)."""
-    rt = make_runtime()
-    await rt.start()
-    service = CoordinatorService(
-        rt, authorizer=AuthorizerConfig(super_users=frozenset({"User:admin"}))
-    )
-    names = ("pay-eu", "pay-us", "public", "secret")
-    await service.create_topics(
-        TopicChanges(entries=[NewTopic(name=n, num_partitions=2) for n in names]), ADMIN
-    )
-    await grant(
-        service,
-        acl(2, "pay-eu", OP.READ),
-        acl(2, "pay-", OP.DESCRIBE, pattern=4),
-        acl(2, "secret", OP.READ, principal="User:other"),
-    )
+    rt, service = await guarded_service()
     served = KafkaApis(SimpleNamespace(service=service, upstream=None, txn=None))  # type: ignore[arg-type]
     alice = replace(ALICE, node=Node(node_id=7, host="h", port=9092), api_version=12)
     asked = wire.build(
