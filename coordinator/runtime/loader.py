@@ -93,9 +93,9 @@ def load_cluster(
 ) -> tuple[int, int]:
     """Replay the cluster log into ``registry`` (fresh, empty), and into ``committed`` (its
     copy as of its last durable write, ``committed.py``) when given, and build their topics
-    images. Returns (records, the
-    log's last offset as of the view: ``RecordStore.load_snapshot``, past the view's last
-    record when the newest were tombstones)."""
+    images and the committed copy's ACL index (``SecurityMetadata.acl_index``). Returns
+    (records, the log's last offset as of the view: ``RecordStore.load_snapshot``, past the
+    view's last record when the newest were tombstones)."""
     decode = codec.decode
     n = 0
     end, chunks = store.load_snapshot(CLUSTER_LOG)
@@ -108,10 +108,13 @@ def load_cluster(
                 committed.replay(records)
             n += len(rows)
         # Their first topics images, built whole here with the load (a loader thread's work
-        # when a node starts): the loop builds only the changes after it.
+        # when a node starts): the loop builds only the changes after it. So is the index of
+        # the ACLs the authorizer decides over (the committed copy's: kept in step with its
+        # ACL records from now on, never built whole on the loop: 34 ms at 100,000 ACLs).
         registry.image()
         if committed is not None:
             committed.registry.image()
+            committed.security.acl_index()
     if committed is not None:
         committed.loaded = True
     return n, end

@@ -20,11 +20,12 @@ StandardAuthorizer before its initial load, KIP-801). Whoever asks then says "no
 
 Decisions are cached per (principal, host, operation, resource type, name) and the cache is
 dropped whenever the ACLs change (:attr:`SecurityMetadata.acl_generation`): a steady heartbeat
-costs one dict lookup. The ACLs' index of a generation is derived from the last one and the
-ACLs changed since (:meth:`SecurityMetadata.acl_changes`: a copy of its maps and new lists for
-the names changed, not every ACL indexed again), or built whole when those changes are not
-known (at the first decision, after a rollback) or many. Without any ACL and with ``allow.everyone.if.no.acl.found`` (the
-default) every request is allowed without a lookup.
+costs one dict lookup. Decisions are made over the ACLs' index of their generation
+(:meth:`SecurityMetadata.acl_index`, ``acl_index.py``): built whole once where the ACLs were
+loaded (a loader thread), then kept in step as ACL records are replayed, so a decision after
+a change finds it ready — exactly the ACLs as they are, with nothing indexed again on the loop.
+Without any ACL and with ``allow.everyone.if.no.acl.found`` (the default) every request is
+allowed without a lookup.
 
 Pure: no IO, no clock. Whoever refuses a request reports it (``on_refused``, set by the
 server for the audit trail and the metrics).
@@ -32,11 +33,12 @@ server for the audit trail and the metrics).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from .acl_index import AclIndex
 from .acls import (
     IMPLIED_BY_ALLOW,
     WILDCARD_HOST,
@@ -55,9 +57,6 @@ Question = tuple[KafkaPrincipal, str, int, int, str]
 """(principal, host, operation, resource type, resource name): one decision, cached."""
 CACHE_LIMIT = 100_000
 """Cached decisions kept at most (then the cache starts over)."""
-DERIVE_LIMIT = 1_000
-"""ACL changes at most from which the next index is derived from the last one (more: it is
-built whole from every ACL)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,70 +104,6 @@ class Refusal:
     protocol: str
 
 
-class _Index:
-    """The ACLs of one generation, by resource type: literal name -> ACLs, and the prefixed
-    ones (few, in practice). Never changed once built (:meth:`Authorizer.pinned` hands it to
-    another thread): the next generation's is built whole or :meth:`derived` from this one.
-    ``visited``: the bindings its building placed (whole: every one; derived: those of the
-    names it changed)."""
-
-    __slots__ = ("literal", "prefixed", "visited")
-
-    def __init__(self, bindings: Iterable[AclBinding]) -> None:
-        self.literal: dict[tuple[ResourceType, str], list[AclBinding]] = {}
-        self.prefixed: dict[ResourceType, list[AclBinding]] = {}
-        self.visited = 0
-        for b in bindings:
-            self.visited += 1
-            if b.pattern_type is PatternType.LITERAL:
-                self.literal.setdefault((b.resource_type, b.resource_name), []).append(b)
-            else:
-                self.prefixed.setdefault(b.resource_type, []).append(b)
-
-    def derived(self, changes: Sequence[tuple[AclBinding, bool]]) -> _Index:
-        """A new index: this one's ACLs with ``changes`` (added True, removed False, in order)
-        applied. Copy on write: the maps are copied (C-level), and each name or type that
-        changes gets a new list; this index and its lists stay as they are."""
-        out = _Index(())
-        literal, prefixed = dict(self.literal), dict(self.prefixed)
-        fresh: set[Any] = set()  # the slots whose lists were made here (changed in place)
-        visited = 0
-        for binding, added in changes:
-            table: dict[Any, list[AclBinding]]
-            slot: Any
-            if binding.pattern_type is PatternType.LITERAL:
-                table, slot = literal, (binding.resource_type, binding.resource_name)
-            else:
-                table, slot = prefixed, binding.resource_type
-            acls = table.get(slot)
-            if acls is None or slot not in fresh:
-                acls = list(acls or ())
-                visited += len(acls)
-                fresh.add(slot)
-                table[slot] = acls
-            if added:
-                acls.append(binding)
-            else:
-                acls.remove(binding)
-            visited += 1
-            if not acls:
-                del table[slot]
-                fresh.discard(slot)
-        out.literal, out.prefixed, out.visited = literal, prefixed, visited
-        return out
-
-    def of_type(self, resource_type: ResourceType) -> list[AclBinding]:
-        out = [b for (t, _n), acls in self.literal.items() if t is resource_type for b in acls]
-        return out + list(self.prefixed.get(resource_type, ()))
-
-    def applying(self, resource_type: ResourceType, name: str) -> list[AclBinding]:
-        out = list(self.literal.get((resource_type, name), ()))
-        if name != WILDCARD_RESOURCE:
-            out += self.literal.get((resource_type, WILDCARD_RESOURCE), ())
-        out += [b for b in self.prefixed.get(resource_type, ()) if name.startswith(b.resource_name)]
-        return out
-
-
 class Authorizer:
     """Decides over ``metadata``'s ACLs with ``config`` (see the module doc)."""
 
@@ -187,7 +122,7 @@ class Authorizer:
         metrics (installed by the server)."""
         self._generation = -1
         self._open = False
-        self._index = _Index(())
+        self._index = AclIndex()
         self._cache: dict[Question, bool] = {}
 
     # ------------------------------------------------------------ decisions
@@ -219,15 +154,7 @@ class Authorizer:
     def _refresh(self) -> None:
         generation = self.metadata.acl_generation
         if generation != self._generation:
-            changes = (
-                self.metadata.acl_changes(self._generation, DERIVE_LIMIT)
-                if self._generation >= 0
-                else None
-            )
-            if changes is None:
-                self._index = _Index(self.metadata.acls())
-            elif changes:
-                self._index = self._index.derived(changes)
+            self._index = self.metadata.acl_index()
             count = self.metadata.acl_count()
             self._open = self.config.allow_everyone_if_no_acl_found and not count
             self._cache.clear()
@@ -331,7 +258,7 @@ class Authorizer:
             hook(refusal)
 
 
-def _decide(index: _Index, config: AuthorizerConfig, *question: Any) -> bool:
+def _decide(index: AclIndex, config: AuthorizerConfig, *question: Any) -> bool:
     """The decision over ``index`` with ``config`` (the module doc's rules 1-4; pure)."""
     principal, host, op, rtype, name = question
     host = host.lstrip("/")

@@ -10,9 +10,10 @@ Handlers validate first (Kafka's per-entry error codes), then emit records (repl
 and return the response; reads return values. :attr:`acl_generation` changes with every ACL
 replay and is never reused (a rollback restores an older number together with the ACLs it
 numbered), so a cache of decisions keyed on it is never stale (``authorizer.py``).
-:meth:`acl_changes` says what changed between two generations (the last
-:data:`ACL_CHANGES_KEPT` replays; unknown across a rollback), so that the authorizer derives
-its next index from the last one instead of indexing every ACL again.
+:meth:`acl_index` gives the ACLs' index the authorizer decides over: built whole the first
+time (where the ACLs were loaded: the loader thread), then kept in step as ACL records are
+replayed (``acl_index.py``), never every ACL indexed again on the loop — but after a rollback
+(the committed copy the authorizer reads never rolls back).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from coordinator.core.errors import (
 )
 from coordinator.core.timeline import UndoLog
 
+from .acl_index import AclIndex, AclIndexer
 from .acls import AclBinding, AclBindingFilter
 from .scram import (
     MAX_ITERATIONS,
@@ -44,11 +46,6 @@ from .scram import (
 )
 
 _GENERATION = "acl_generation"
-ACL_CHANGES_KEPT = 1024
-"""ACL replays whose change :meth:`SecurityMetadata.acl_changes` remembers."""
-
-AclChange = tuple[AclBinding, bool]
-"""An ACL added (True) or removed (False)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -113,10 +110,9 @@ class SecurityMetadata:
         self._credentials = undo.new_dict()  # (user, ScramMechanism) -> ScramCredential
         self._meta = undo.new_dict()  # _GENERATION -> int
         self._generations = itertools.count(1)  # never rolled back: numbers are not reused
-        # generation -> (the generation it followed, its change or None: nothing changed).
-        # Not undone: a rolled-back generation's entry stays, unreachable (numbers are not
-        # reused); only the last ACL_CHANGES_KEPT are kept.
-        self._changes: dict[int, tuple[int, AclChange | None]] = {}
+        # The ACLs' index (:meth:`acl_index`; None until first asked for). Not undone: a
+        # rollback leaves it at a generation the ACLs no longer have, and it is built again.
+        self._indexer: AclIndexer | None = None
 
     # ------------------------------------------------------------ records
 
@@ -128,7 +124,7 @@ class SecurityMetadata:
 
     def _replay_acl(self, record: r.Record) -> None:
         key, value = r.typed(record, r.AccessControlEntryKey, r.AccessControlEntryValue)
-        change: AclChange | None = None
+        change: tuple[AclBinding, bool] | None = None  # added (True) or removed (False)
         if value is None:
             old = self._acls.get(key)
             if old is not None:
@@ -141,8 +137,14 @@ class SecurityMetadata:
         previous = self.acl_generation
         generation = next(self._generations)
         self._meta[_GENERATION] = generation
-        self._changes[generation] = (previous, change)
-        self._changes.pop(generation - ACL_CHANGES_KEPT, None)
+        indexer = self._indexer
+        if indexer is not None:
+            if indexer.generation != previous:  # rolled back under it: built again if asked
+                self._indexer = None
+            elif change is not None:
+                indexer.change(*change, generation)
+            else:
+                indexer.generation = generation
 
     def _replay_credential(self, record: r.Record) -> None:
         key, value = r.typed(record, r.UserScramCredentialKey, r.UserScramCredentialValue)
@@ -328,26 +330,16 @@ class SecurityMetadata:
         generation: int = self._meta.get(_GENERATION, 0)
         return generation
 
-    def acl_changes(self, since: int, limit: int = ACL_CHANGES_KEPT) -> list[AclChange] | None:
-        """The ACLs added and removed, in order, from generation ``since`` to the current one
-        (applied to the ACLs of ``since`` they give the current ACLs); None when that is not
-        known (older than the changes kept, more than ``limit`` replays, or ``since`` is not
-        on the current ACLs' history: a rollback since)."""
+    def acl_index(self) -> AclIndex:
+        """The index of the ACLs as they are now (``acl_index.py``), never changed afterwards:
+        built whole from every ACL at the first call (the loader thread's, after the load:
+        ``loader.load_cluster``) and after a rollback changed the ACLs; else the one kept as
+        the ACL records were replayed since the last call."""
+        indexer = self._indexer
         generation = self.acl_generation
-        out: list[AclChange] = []
-        steps = 0
-        while generation > since:
-            entry = self._changes.get(generation)
-            steps += 1
-            if entry is None or steps > limit:
-                return None
-            generation, change = entry
-            if change is not None:
-                out.append(change)
-        if generation != since:
-            return None
-        out.reverse()
-        return out
+        if indexer is None or indexer.generation != generation:
+            indexer = self._indexer = AclIndexer(self._acls.values(), generation)
+        return indexer.publish()
 
     def acls(self) -> Iterator[AclBinding]:
         return iter(self._acls.values())
