@@ -35,7 +35,8 @@ Theory of operation:
   (between writes of this node's own to it: a write decided on the older state is refused by
   the store and rolled back, which must not undo what was applied), in steps of the loop
   that end at an append's end (:data:`STEP_RECORDS`; the committed copy a loop step after
-  the registry), the registry's commands held until the last (``Leadership.cluster_held``,
+  the registry; an append of topics, ACLs and credentials larger than a step in parts, read
+  whole or not at all), the registry's commands held until the last (``Leadership.cluster_held``,
   :meth:`Partitions.applied`). Topics others deleted lose their offsets in the partitions
   served here, as in the deleting node's. The log is loaded with its end as of the loaded
   view (``RecordStore.load_snapshot``), past the view's last record when the newest entries
@@ -57,7 +58,12 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.core import codec
 from coordinator.core.errors import CoordinatorError, NotCoordinatorError
-from coordinator.core.records import Record, TopicKey
+from coordinator.core.records import (
+    AccessControlEntryKey,
+    Record,
+    TopicKey,
+    UserScramCredentialKey,
+)
 from coordinator.routing import partition_for
 
 from .collector import free_dropped, freeze_new, no_collections
@@ -85,6 +91,11 @@ append's records share its timestamp), at least one, until this many records (5-
 loop at 10-12 µs a record, the committed copy and the topics' images included), then the loop
 serves what came meanwhile before the next step (Kafka's metadata loader publishing at batch
 boundaries)."""
+
+IN_PARTS = (TopicKey, AccessControlEntryKey, UserScramCredentialKey)
+"""The records of an append applied in parts when it is larger than a step (a CreateTopics,
+CreateAcls or AlterUserScramCredentials of thousands: ``Partitions._apply_in_parts``); an
+append holding any other record is applied in one step."""
 
 RELEASE_SLICE = 5000
 """Entries a catch-up read that are freed a loop step once applied (:func:`_release`)."""
@@ -442,7 +453,7 @@ class Partitions:
                 if stepped and self._applying is None:
                     self._applying = loop.create_future()
                     lead.cluster_held = True
-                if parts:  # one append of more topics than a step: in parts, then whole
+                if parts:  # one append larger than a step (IN_PARTS): in parts, then whole
                     await self._apply_in_parts(entries, i, j)
                     i = j
                     if i == n or not self.driver.active:
@@ -472,15 +483,18 @@ class Partitions:
         log.info("Applied %d records of the cluster log (up to offset %d).", i, self.cluster_offset)
 
     async def _apply_in_parts(self, entries: Sequence[Entry], start: int, end: int) -> None:
-        """One append of topic records larger than a step (a CreateTopics of thousands),
+        """One append of topic, ACL and SCRAM credential records larger than a step (a
+        CreateTopics, CreateAcls or AlterUserScramCredentials of thousands: :data:`IN_PARTS`),
         applied :data:`STEP_RECORDS` records a loop step to the registry, then each part to
         its committed copy in the next, their topics' images (what every read of topics is
         answered from: ``TopicRegistry.hold_image``) held as they were before the append and
-        built a part at a time meanwhile, then shown at once: a read sees the append whole
-        or not at all. Its offsets' deletions and the shards' new image come last, as for any
-        append (:meth:`_apply_records`). The registry's commands are held meanwhile (the
-        caller's). ``entries[start:end]``: the append (found on the loader thread:
-        :func:`_read_journal`)."""
+        built a part at a time meanwhile, the committed copy's ACLs and credentials (what the
+        authorizer, SASL/SCRAM and the Describe reads are answered from) staged
+        (``SecurityMetadata.stage``), then all shown at once: a read sees the append whole or
+        not at all. The registry's own ACLs and credentials are read by its commands only,
+        held meanwhile (the caller's). Its offsets' deletions and the shards' new image come
+        last, as for any append (:meth:`_apply_records`). ``entries[start:end]``: the append
+        (found on the loader thread: :func:`_read_journal`)."""
         driver = self.driver
         registry, committed = driver.registry, driver.committed
         copies = [registry] if committed is None else [registry, committed.registry]
@@ -488,6 +502,8 @@ class Partitions:
         deleted: set[str] = set()
         for copy in copies:
             copy.hold_image()
+        if committed is not None:
+            committed.security.stage()
         before = registry.image().by_name  # the topics before the append (held)
         try:
             for at in range(start, end, STEP_RECORDS):
@@ -504,6 +520,8 @@ class Partitions:
         finally:
             for copy in copies:
                 copy.release_image()
+            if committed is not None:
+                committed.security.unstage()
         if committed is not None:
             committed.keep(staged)  # its records by key (what a reload compares)
         self._applied(deleted, entries[end - 1][0])
@@ -603,8 +621,9 @@ async def migrate_group_configs(driver: Driver, partition: int) -> None:
 Entry = tuple[int, int, Record]
 """A journal entry of the cluster log read: (offset, timestamp, record)."""
 Step = tuple[int, bool]
-"""Where a step of the entries read ends (exclusive), and whether it is one append of topics
-larger than a step (applied in parts: ``Partitions._apply_in_parts``)."""
+"""Where a step of the entries read ends (exclusive), and whether it is one append of topics,
+ACLs and SCRAM credentials larger than a step (applied in parts:
+``Partitions._apply_in_parts``)."""
 
 
 def _read_journal(store: Any, start: int) -> tuple[list[Entry], list[Step]]:
@@ -617,12 +636,12 @@ def _read_journal(store: Any, start: int) -> tuple[list[Entry], list[Step]]:
 
 def _steps(entries: Sequence[Entry]) -> list[Step]:
     """The steps of ``entries`` (:func:`_step_end`), each flagged when it is an append of
-    topics larger than a step."""
+    topics, ACLs and SCRAM credentials (:data:`IN_PARTS`) larger than a step."""
     out: list[Step] = []
     i, n = 0, len(entries)
     while i < n:
         j = _step_end(entries, i)
-        parts = j - i > STEP_RECORDS and all(type(e[2].key) is TopicKey for e in entries[i:j])
+        parts = j - i > STEP_RECORDS and all(type(e[2].key) in IN_PARTS for e in entries[i:j])
         out.append((j, parts))
         i = j
     return out

@@ -103,6 +103,14 @@ class AclIndexer:
             fresh.discard(slot)
         self.generation = generation
 
+    def fork(self) -> AclIndexer:
+        """Another indexer from the index published now on (:meth:`publish`d here), kept
+        apart from this one: a staged copy of the ACLs' (``SecurityMetadata.stage``)."""
+        out = AclIndexer.__new__(AclIndexer)
+        out._published, out._next, out._fresh = self.publish(), None, set()
+        out.generation = self.generation
+        return out
+
     def publish(self) -> AclIndex:
         """The index of the ACLs as they are now; never changed afterwards (the next change
         begins another)."""

@@ -113,6 +113,8 @@ class SecurityMetadata:
         # The ACLs' index (:meth:`acl_index`; None until first asked for). Not undone: a
         # rollback leaves it at a generation the ACLs no longer have, and it is built again.
         self._indexer: AclIndexer | None = None
+        self._staging: SecurityMetadata | None = None
+        """Where replayed records go while staged (:meth:`stage`)."""
 
     # ------------------------------------------------------------ records
 
@@ -123,6 +125,9 @@ class SecurityMetadata:
         }
 
     def _replay_acl(self, record: r.Record) -> None:
+        if self._staging is not None:
+            self._staging._replay_acl(record)
+            return
         key, value = r.typed(record, r.AccessControlEntryKey, r.AccessControlEntryValue)
         change: tuple[AclBinding, bool] | None = None  # added (True) or removed (False)
         if value is None:
@@ -147,6 +152,9 @@ class SecurityMetadata:
                 indexer.generation = generation
 
     def _replay_credential(self, record: r.Record) -> None:
+        if self._staging is not None:
+            self._staging._replay_credential(record)
+            return
         key, value = r.typed(record, r.UserScramCredentialKey, r.UserScramCredentialValue)
         slot = (key.name, ScramMechanism(key.mechanism))
         if value is None:
@@ -158,6 +166,31 @@ class SecurityMetadata:
                 server_key=value.server_key,
                 iterations=value.iterations,
             )
+
+    def stage(self) -> None:
+        """From now on until :meth:`unstage`, replayed records go to a copy of the ACLs and
+        credentials (their maps copied, C-level; the ACLs' index forked): every read sees them
+        as they were (an append applied in parts is seen whole or not at all:
+        ``Partitions._apply_in_parts``). Only on a copy that is never rolled back (the
+        committed one: its undo log is off)."""
+        if self.undo.enabled:
+            raise RuntimeError("staging needs a copy that is never rolled back")
+        if self._staging is not None:
+            return
+        new_dict = self.undo.new_dict
+        staged = SecurityMetadata.__new__(SecurityMetadata)
+        staged.undo, staged._generations, staged._staging = self.undo, self._generations, None
+        staged._acls, staged._credentials = new_dict(self._acls), new_dict(self._credentials)
+        staged._meta = new_dict(self._meta)
+        staged._indexer = None if self._indexer is None else self._indexer.fork()
+        self._staging = staged
+
+    def unstage(self) -> None:
+        """What was replayed since :meth:`stage` becomes what every read sees, at once."""
+        staged, self._staging = self._staging, None
+        if staged is not None:
+            self._acls, self._credentials = staged._acls, staged._credentials
+            self._meta, self._indexer = staged._meta, staged._indexer
 
     def snapshot(self) -> dict[str, object]:
         """Everything replay determines, canonical (tests compare it)."""

@@ -15,14 +15,18 @@ from typing import Any
 import pytest
 import test_cluster_log_reload
 from builders import LoopSteps
-from test_cluster_log_reload import Node, acl, node
+from test_cluster_log_reload import Node, acl, node, upsert
+from test_security_authorizer_index import whole_builds
 from test_server_authorization import ADMIN
 
 from coordinator.core.errors import ErrorCode
 from coordinator.core.topics import NewTopic
 from coordinator.routing import CLUSTER_LOG
 from coordinator.runtime import partitions as partitions_module
-from coordinator.server.api import TopicChanges
+from coordinator.security.acls import AclOperation, ResourceType
+from coordinator.security.principal import user
+from coordinator.security.scram import ScramMechanism
+from coordinator.server.api import AlterScramCredentials, TopicChanges
 
 STEP = 3
 open_store = test_cluster_log_reload.open_store  # the fixture: memory and PostgreSQL
@@ -264,4 +268,70 @@ async def test_an_append_larger_than_a_step_is_applied_in_parts_and_read_whole(
             )
             assert not behind.rt.driver.lead.cluster_held
         assert scanned_on and not any(scanned_on)  # the appends found on the loader thread
+        assert await behind.state() == await writer.state()
+
+
+SEVEN = [f"u{i}" for i in range(7)]
+
+
+def security_reads(n: Node) -> tuple[Any, ...]:
+    """Every read of ACLs and credentials on node ``n``: the authorizer's decisions (READ of
+    topic t for the seven users and another), SASL/SCRAM's credentials, what DescribeAcls and
+    DescribeUserScramCredentials read (the committed copy's ACLs and credentials)."""
+    authorize = n.service.authorizer.authorize
+    return (
+        tuple(
+            authorize(user(u), "/10.0.0.1", AclOperation.READ, ResourceType.TOPIC, "t")
+            for u in (*SEVEN, "x")
+        ),
+        tuple(n.service.scram_credential(u, ScramMechanism.SCRAM_SHA_256) for u in SEVEN),
+        repr(n.rt.committed.security.snapshot()),
+        len(n.rt.committed.records),
+    )
+
+
+async def test_an_append_of_acls_or_credentials_larger_than_a_step_is_applied_in_parts(
+    open_store: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One append of seven ACLs (a CreateAcls), then one of seven users' SCRAM credentials
+    (an AlterUserScramCredentials), with steps of three: each applied a part of three
+    records at most a loop step, one copy a loop step (the registry, then its committed
+    copy), and every read in between (every loop step: the authorizer's decisions, SASL/SCRAM
+    credentials, the ACLs and users described) sees the state before the append or after it,
+    never part of it (the committed copy's ACLs and credentials staged until the last part).
+    The authorizer's index is never built whole meanwhile (kept as the staged ACLs are
+    replayed). Before, each append went in one loop step to both copies (7 records to each
+    at once)."""
+    monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
+    async with node(open_store, 1) as writer, node(open_store, 2) as behind:
+        security_reads(behind)  # the authorizer decides from the start
+        replayed = count_replays(monkeypatch, behind, lambda: steps.now)
+        builds = whole_builds(monkeypatch)
+        for change in ("acls", "credentials"):
+            before = security_reads(behind)
+            if change == "acls":
+                answer = await writer.service.create_acls([acl(u, "t") for u in SEVEN], ADMIN)
+            else:
+                upserts = tuple(upsert(u, ScramMechanism.SCRAM_SHA_256, "pw") for u in SEVEN)
+                answer = await writer.service.alter_user_scram_credentials(
+                    AlterScramCredentials(upsertions=upserts), ADMIN
+                )
+            await writer.ok(answer)
+            seen = {before}
+            replayed.clear()
+            with LoopSteps() as steps:
+                behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
+                catching_up = asyncio.ensure_future(behind.parts.caught_up())
+                while not catching_up.done():
+                    seen.add(security_reads(behind))
+                    await asyncio.sleep(0)
+            after = security_reads(behind)
+            assert after != before
+            assert seen | {after} == {before, after}
+            assert [sum(n.values()) for n in replayed.values()] == [3, 3, 3, 3, 1, 1]
+            assert [list(n) for n in replayed.values()] == [["registry"], ["committed"]] * 3
+            assert not behind.rt.driver.lead.cluster_held
+        assert security_reads(behind)[0] == (True,) * 7 + (False,)
+        assert all(c is not None for c in security_reads(behind)[1])
+        assert builds == []
         assert await behind.state() == await writer.state()
