@@ -15,7 +15,9 @@ its longest lateness (wall) / the loop thread's longest CPU time from one tick t
   or SCRAM credentials) to the cluster log, in appends of :data:`PER_APPEND` records (a
   request's worth each), and the node catches up from the journal
   (``Partitions._catch_up``); *catchup-append*: N topics in one append (a CreateTopics of N;
-  *before*: applied whole, *after*: in parts, ``Partitions._apply_in_parts``).
+  *before*: applied whole, *after*: in parts, ``Partitions._apply_in_parts``);
+  *catchup-append-acls*, *catchup-append-scram*: N ACLs (a CreateAcls of N), N users' SCRAM
+  credentials in one append (the same, the committed copy's ACLs and credentials staged).
 * *takeover*: the node takes over a coordinator partition whose log holds one group of N
   members (each member's metadata, target and current assignment): read and built on a loader
   thread, then installed on the loop with its members' timers armed (``Partitions.install``,
@@ -76,6 +78,8 @@ LISTS = 6
 CASES = (
     "catchup-topics",
     "catchup-append",
+    "catchup-append-acls",
+    "catchup-append-scram",
     "catchup-acls",
     "catchup-scram",
     "takeover",
@@ -97,7 +101,7 @@ def _cluster_records(case: str, n: int) -> list[Any]:
 
     if case in ("catchup-topics", "catchup-append"):
         return [r.topic_record(f"t-{i:07d}", f"id-{i:07d}", 3) for i in range(n)]
-    if case == "catchup-acls":
+    if case in ("catchup-acls", "catchup-append-acls"):
         return [
             r.acl_record(AccessControlEntryKey(2, f"t-{i:07d}", 3, f"User:u{i}", "*", 3, 3), True)
             for i in range(n)
@@ -251,6 +255,8 @@ def _forwarded_as_it_was() -> None:
 BEFORE = {
     "catchup-topics": _as_it_was,
     "catchup-append": _append_as_it_was,
+    "catchup-append-acls": _append_as_it_was,
+    "catchup-append-scram": _append_as_it_was,
     "catchup-acls": _as_it_was,
     "catchup-scram": _as_it_was,
     "list": _list_as_it_was,
@@ -441,7 +447,7 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
     await rt.start()
     parts.joined()
     if case.startswith("catchup"):  # after the node's start: it catches up on them
-        per_append = n if case == "catchup-append" else PER_APPEND
+        per_append = n if case.startswith("catchup-append") else PER_APPEND
         _append(store, _cluster_records(case, n), 2_000, per_append)
     elif case == "takeover":
         _append(store, _group_records(n), 2_000, 10_000)
@@ -638,7 +644,9 @@ def main(argv: list[str] | None = None) -> None:
         f"another node appended N topics, ACLs or SCRAM credentials ({PER_APPEND:,} records an "
         "append) and this node catches up from the journal (*catchup-append*: N topics in one "
         "append, before applied whole to each copy, after in parts with both copies' topics "
-        "images held until the last); *takeover*: this node takes over "
+        "images held until the last; *catchup-append-acls*, *catchup-append-scram*: N ACLs, "
+        "N users' SCRAM credentials in one append, the same with the committed copy's ACLs "
+        "and credentials staged until the last); *takeover*: this node takes over "
         "a partition holding one group of N members; *list*, *snapshot*: ListTopics and a "
         "refresh from an upstream broker that changes nothing, at N topics; *feed*: that "
         "refresh through the Kafka listener's topic feed, the broker's Metadata answer (N "
