@@ -29,6 +29,9 @@ The model and the decisions:
 * :mod:`.authorizer` — Kafka's StandardAuthorizer rules (``super.users``,
   ``allow.everyone.if.no.acl.found``, DENY wins, implied DESCRIBE), decisions cached per
   principal and resource until the ACLs change; refusals reported through ``on_refused``.
+* :mod:`.acl_index` — the ACLs' index the authorizer decides over: built whole once where
+  the ACLs are loaded, then kept in step as ACL records are replayed (copy on write: an index
+  handed out is never changed).
 * :mod:`.ssl_principal` — ``ssl.principal.mapping.rules`` for certificate subjects.
 
 Which request needs what is the server's (``coordinator/server/authorization.py``).
