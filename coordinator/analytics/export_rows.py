@@ -367,6 +367,7 @@ _TRANSACTION_STATES = {
     r.TransactionState.PREPARE_COMMIT: "PrepareCommit",
     r.TransactionState.PREPARE_ABORT: "PrepareAbort",
     r.TransactionState.COMPLETE_ABORT: "CompleteAbort",
+    r.TransactionState.COMPLETE_COMMIT: "CompleteCommit",
 }
 """Kafka's names of the transaction states (TransactionState in its transaction coordinator)."""
 

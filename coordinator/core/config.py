@@ -63,7 +63,8 @@ class GroupCoordinatorConfig:
     offset_metadata_max_bytes: int = 4_096
     producer_id_expiration_ms: int = 86_400_000
     """Kafka's ``producer.id.expiration.ms``: how long a group keeps a producer's fenced epochs
-    (``core/transactions.py``) after the InitProducerId that fenced them."""
+    (``core/transactions.py``) after the InitProducerId that fenced them or the end of the
+    producer's transaction."""
     transactional_id_expiration_ms: int = 604_800_000
     """Kafka's ``transactional.id.expiration.ms``: among several nodes, a transactional id's
     mapping to its group (``core/transactional_ids.py``) is removed once the id has had no

@@ -256,7 +256,12 @@ class TransactionState(IntEnum):
     transactional id, which fenced its epochs up to this record's (Kafka's abort marker, at the
     bumped epoch, leaves the newer epoch in the offsets partition). A TxnOffsetCommit or
     AddOffsetsToTxn of such an epoch is refused INVALID_PRODUCER_EPOCH; a newer epoch's
-    transaction replaces the record."""
+    transaction replaces the record. Also what an abort answered by the transaction
+    coordinator leaves (its epochs before the transaction's fenced)."""
+    COMPLETE_COMMIT = 4
+    """No transaction open: the producer's transaction committed, its epochs before the
+    transaction's (up to this record's) fenced as COMPLETE_ABORT's (Kafka keeps the producer's
+    last epoch in the offsets partition after its commit marker)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

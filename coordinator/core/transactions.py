@@ -15,7 +15,8 @@ Kafka listener, which tells this component what it saw (docs/kafka.md, "Transact
   cannot undo what the first may have done), then *complete* once it answered: a commit turns
   each pending offset into an ordinary OffsetCommit record — unless a plain commit of that
   partition came after it (Kafka keeps the most recent, by log offset) — an abort drops them;
-  either way the pending records and the transaction record are tombstoned, in one batch;
+  either way the pending records are tombstoned and the transaction record too (or a
+  fence written over it, below), in one batch;
 * ``producer_initialized`` (an InitProducerId answered for a transactional id): an ongoing
   transaction of an older epoch (or another producer id) of that id was aborted by it — it
   never had an end forwarded, so it cannot have committed — unless the request asked to keep
@@ -24,13 +25,23 @@ Kafka listener, which tells this component what it saw (docs/kafka.md, "Transact
   as a *fence* (``COMPLETE_ABORT`` at the epoch before the new one; for another producer id,
   at the aborted epoch), as Kafka's abort marker leaves the bumped epoch in the offsets
   partition: the old producer (a zombie) committing at a fenced epoch is refused
-  INVALID_PRODUCER_EPOCH at once, nothing written. A fence is no transaction (not listed, not
-  ended by an EndTxn, no reason to keep its group); the producer's next transaction in the
-  group replaces it, a later InitProducerId raises it, and the group's deletion drops it, as
-  does the periodic cleanup ``producer.id.expiration.ms`` after it was written (Kafka expires a
-  producer's state in a partition after as long);
+  INVALID_PRODUCER_EPOCH at once, nothing written;
+* a transaction that ends (its EndTxn answered, or settled by the upstream) leaves a fence
+  too, of the epochs before its own (``COMPLETE_COMMIT`` or ``COMPLETE_ABORT``; none at epoch
+  0), as Kafka's marker leaves the producer's epoch in the offsets partition: a zombie of an
+  older epoch stays refused once the new producer's transaction is over;
 * a TxnOffsetCommit or AddOffsetsToTxn of a newer epoch of the same producer id finds the older
   ongoing transaction aborted for the same reason.
+
+The producer's epoch is checked against every record of its producer id in the shard (Kafka
+keeps one epoch per producer id in an offsets partition, whatever the group): a TxnOffsetCommit
+or AddOffsetsToTxn of an epoch older than an open transaction's or of one a fence covers is
+refused INVALID_PRODUCER_EPOCH. A fence is no transaction (not listed, not ended by an EndTxn,
+no reason to keep or list its group, and it outlives the group's deletion, as Kafka's producer
+state outlives the group's records); the producer's next transaction in the group replaces it,
+a later InitProducerId raises it, and the periodic cleanup drops it ``producer.id.expiration.ms``
+after it was written (Kafka expires a producer id's state in a partition as long after its last
+record, its transaction ended).
 
 Pending offsets of a partition are dropped with it: OffsetDelete, the group's deletion, its
 topic's deletion. Offset expiry leaves a partition with pending offsets alone, and a group with
@@ -58,6 +69,8 @@ from .errors import ConcurrentTransactionsError, ErrorCode, InvalidProducerEpoch
 from .events import Event, LogEvent
 
 S = r.TransactionState
+FENCES = frozenset({S.COMPLETE_ABORT, S.COMPLETE_COMMIT})
+"""The states of a record that is no transaction, only a fence of older epochs."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,11 +170,14 @@ class TransactionalOffsets:
     def has_transactions(self, group_id: str) -> bool:
         """Does the group hold pending offsets or an open transaction (Kafka keeps it then)?"""
         return group_id in self._open or any(
-            g == group_id and v.state is not S.COMPLETE_ABORT for (g, _pid), v in self._txns.items()
+            g == group_id and v.state not in FENCES for (g, _pid), v in self._txns.items()
         )
 
     def groups(self) -> frozenset[str]:
-        return frozenset(self._open) | frozenset(g for g, _pid in self._txns)
+        """The groups with pending offsets or a transaction (a fence alone makes no group)."""
+        return frozenset(self._open) | frozenset(
+            g for (g, _pid), v in self._txns.items() if v.state not in FENCES
+        )
 
     def transactions(self) -> list[GroupTransaction]:
         """Every group's open or ending transaction, by group and producer id (no fence)."""
@@ -175,7 +191,7 @@ class TransactionalOffsets:
                 updated_ms=v.updated_ms,
             )
             for (g, pid), v in sorted(self._txns.items())
-            if v.state is not S.COMPLETE_ABORT
+            if v.state not in FENCES
         ]
 
     def knows_producer(self, producer_id: int) -> bool:
@@ -188,26 +204,27 @@ class TransactionalOffsets:
     # ------------------------------------------------------------------ commands
 
     def check_producer(self, group_id: str, producer_id: int, producer_epoch: int) -> None:
-        """A TxnOffsetCommit or AddOffsetsToTxn of this producer for this group: refused while
-        an end of its transaction is on its way (CONCURRENT_TRANSACTIONS, which the client
-        retries), or from an epoch older than the one the group's transaction has or one its
-        fence covers (INVALID_PRODUCER_EPOCH: a zombie; module doc)."""
-        txn = self._txns.get((group_id, producer_id))
-        if txn is None:
-            return
-        if txn.state is S.COMPLETE_ABORT:
-            if producer_epoch <= txn.producer_epoch:
+        """A TxnOffsetCommit or AddOffsetsToTxn of this producer for this group: refused from
+        an epoch older than one a transaction of the producer id in any group of the shard has
+        or one a fence covers (INVALID_PRODUCER_EPOCH: a zombie; module doc), or while an end
+        of its transaction in this group is on its way (CONCURRENT_TRANSACTIONS, which the
+        client retries)."""
+        for g in sorted(self._groups_of.get(producer_id, ())):
+            known = self._txns[(g, producer_id)]
+            if known.state in FENCES and producer_epoch <= known.producer_epoch:
                 raise InvalidProducerEpochError(
-                    f"Producer {producer_id} epoch {producer_epoch} is fenced on group "
-                    f"{group_id}: transactional id {txn.transactional_id} was initialized with "
-                    f"a newer epoch (epochs up to {txn.producer_epoch} are fenced)."
+                    f"Producer {producer_id} epoch {producer_epoch} is fenced: transactional "
+                    f"id {known.transactional_id} has a newer epoch on group {g} (epochs up "
+                    f"to {known.producer_epoch} are refused)."
                 )
+            if known.state not in FENCES and producer_epoch < known.producer_epoch:
+                raise InvalidProducerEpochError(
+                    f"Producer {producer_id} epoch {producer_epoch} is older than the epoch "
+                    f"{known.producer_epoch} of its transaction on group {g}."
+                )
+        txn = self._txns.get((group_id, producer_id))
+        if txn is None or txn.state in FENCES:
             return
-        if txn.producer_epoch > producer_epoch:
-            raise InvalidProducerEpochError(
-                f"Producer {producer_id} epoch {producer_epoch} is older than the epoch "
-                f"{txn.producer_epoch} of its transaction on group {group_id}."
-            )
         if txn.state is not S.ONGOING and txn.producer_epoch == producer_epoch:
             raise ConcurrentTransactionsError(
                 f"The transaction of producer {producer_id} on group {group_id} is ending."
@@ -226,7 +243,7 @@ class TransactionalOffsets:
         :meth:`check_producer`): its transaction record, ongoing; an ongoing transaction of an
         older epoch (never ended through us, hence aborted) goes first."""
         txn = self._txns.get((group_id, producer_id))
-        if txn is not None and txn.state is S.COMPLETE_ABORT:
+        if txn is not None and txn.state in FENCES:
             pass  # a fence of older epochs: the new transaction's record replaces it
         elif txn is not None and txn.producer_epoch == producer_epoch:
             if txn.transactional_id == transactional_id:
@@ -276,7 +293,7 @@ class TransactionalOffsets:
         moved = []
         for group_id in sorted(self._groups_of.get(producer_id, ())):
             txn = self._txns[(group_id, producer_id)]
-            if txn.producer_epoch != producer_epoch or txn.state is S.COMPLETE_ABORT:
+            if txn.producer_epoch != producer_epoch or txn.state in FENCES:
                 continue
             if cmd.seen is not None and cmd.seen != (txn.state, txn.updated_ms):
                 continue  # not the transaction the caller asked about
@@ -301,9 +318,10 @@ class TransactionalOffsets:
                         ),
                     )
             elif cmd.commit:
-                self._commit(result, group_id, producer_id)
+                self._commit(result, group_id, producer_id, txn, now_ms)
             else:
-                self._close(result, group_id, producer_id, "aborted")
+                fence = _ended(txn, S.COMPLETE_ABORT, now_ms)
+                self._close(result, group_id, producer_id, "aborted", fence=fence)
         result.response = Ended(groups=tuple(moved))
         return result
 
@@ -329,12 +347,12 @@ class TransactionalOffsets:
                 continue
             # The fence: the epochs before the new one (of another producer id: the aborted one).
             fenced = producer_epoch - 1 if pid == producer_id else txn.producer_epoch
-            if txn.state is S.COMPLETE_ABORT:
+            if txn.state in FENCES:
                 if pid == producer_id and txn.producer_epoch < fenced:
                     self._ctx.emit(
                         result,
                         r.group_transaction_record(
-                            group_id, pid, _fence(txn.transactional_id, fenced, now_ms)
+                            group_id, pid, _fence(txn.transactional_id, fenced, now_ms, txn.state)
                         ),
                     )
                 continue
@@ -392,11 +410,19 @@ class TransactionalOffsets:
             self._ctx.emit(result, r.group_transaction_record(group_id, old_pid, None))
         self._ctx.emit(result, r.group_transaction_record(group_id, producer_id, moved))
 
-    def _commit(self, result: Result[Any], group_id: str, producer_id: int) -> None:
+    def _commit(
+        self,
+        result: Result[Any],
+        group_id: str,
+        producer_id: int,
+        txn: r.GroupTransactionValue,
+        now_ms: int,
+    ) -> None:
         """Materialize the producer's pending offsets of the group (those no later plain commit
-        superseded), then tombstone them and the transaction record. Another producer's
-        offset of the same partition pending since (newer than the materialized one, which
-        Kafka dates by its pending record) is written again after it: still newer."""
+        superseded), then tombstone them and write the transaction's fence over its record.
+        Another producer's offset of the same partition pending since (newer than the
+        materialized one, which Kafka dates by its pending record) is written again after it:
+        still newer."""
         pending = self._pending.get(producer_id, {})
         open_ = self._open.get(group_id, {})
         count = 0
@@ -430,7 +456,8 @@ class TransactionalOffsets:
                 self._ctx.emit(
                     result, r.txn_offset_commit_record(g, topic, partition, other, value)
                 )
-        self._close(result, group_id, producer_id, f"committed ({count} offsets)")
+        fence = _ended(txn, S.COMPLETE_COMMIT, now_ms)
+        self._close(result, group_id, producer_id, f"committed ({count} offsets)", fence=fence)
 
     def _close(
         self,
@@ -441,7 +468,8 @@ class TransactionalOffsets:
         fence: r.GroupTransactionValue | None = None,
     ) -> None:
         """Drop the producer's pending offsets of the group and its transaction record (or
-        write ``fence`` over it: an abort by InitProducerId)."""
+        write ``fence`` over it: the transaction ended or was aborted by an InitProducerId;
+        module doc)."""
         pending = self._pending.get(producer_id, {})
         for g, topic, partition in sorted(k for k in pending if k[0] == group_id):
             self._ctx.emit(
@@ -477,11 +505,12 @@ class TransactionalOffsets:
             )
 
     def delete_all(self, result: Result[Any], group_id: str) -> None:
-        """The group is deleted: its pending offsets and transaction records."""
+        """The group is deleted: its pending offsets and transaction records; its fences stay
+        (Kafka's producer state in the partition outlives the group's records)."""
         for topic, partition in sorted(self.pending_partitions(group_id)):
             self.delete_partition(result, group_id, topic, partition)
-        for g, pid in sorted(self._txns):
-            if g == group_id:
+        for (g, pid), v in sorted(self._txns.items()):
+            if g == group_id and v.state not in FENCES:
                 self._ctx.emit(result, r.group_transaction_record(group_id, pid, None))
 
     def on_topics_deleted(self, result: Result[Any], names: Iterable[str]) -> None:
@@ -496,7 +525,7 @@ class TransactionalOffsets:
         before ``now_ms`` go (module doc)."""
         ttl = self._ctx.config.producer_id_expiration_ms
         for (g, pid), v in sorted(self._txns.items()):
-            if v.state is S.COMPLETE_ABORT and now_ms - v.updated_ms >= ttl:
+            if v.state in FENCES and now_ms - v.updated_ms >= ttl:
                 self._ctx.emit(result, r.group_transaction_record(g, pid, None))
 
     def has_open(self, group_id: str) -> bool:
@@ -605,14 +634,26 @@ class TransactionalOffsets:
         return out
 
 
-def _fence(transactional_id: str, epoch: int, now_ms: int) -> r.GroupTransactionValue:
+def _fence(
+    transactional_id: str, epoch: int, now_ms: int, state: r.TransactionState = S.COMPLETE_ABORT
+) -> r.GroupTransactionValue:
     """The record of a fence: the producer's epochs up to ``epoch`` refused (module doc)."""
     return r.GroupTransactionValue(
         transactional_id=transactional_id,
         producer_epoch=epoch,
-        state=S.COMPLETE_ABORT,
+        state=state,
         updated_ms=now_ms,
     )
+
+
+def _ended(
+    txn: r.GroupTransactionValue, state: r.TransactionState, now_ms: int
+) -> r.GroupTransactionValue | None:
+    """What an ended transaction leaves: a fence of the epochs before its own (``state``
+    says how it ended), or nothing at epoch 0 (no older epoch to refuse)."""
+    if txn.producer_epoch == 0:
+        return None
+    return _fence(txn.transactional_id, txn.producer_epoch - 1, now_ms, state)
 
 
 def pending_error(group_id: str, topic: str, partition: int) -> tuple[ErrorCode, str]:

@@ -473,6 +473,19 @@ def test_transaction_records_are_exported_with_their_columns(tmp_path: Path) -> 
             None,
         ),
         ("TxnOffsetCommit", "grp", True, "in", 1, None, 4000, None, None, None, None),
-        ("GroupTransaction", "grp", True, None, None, None, 4000, None, None, None, None),
+        # ... and its record a fence of the older epochs (epoch 0's end left none).
+        (
+            "GroupTransaction",
+            "grp",
+            False,
+            None,
+            None,
+            None,
+            4000,
+            0,
+            "app-1",
+            "CompleteAbort",
+            None,
+        ),
     ]
     assert [row["record_type_id"] for row in rows] == [rec.key.TYPE for rec in written]

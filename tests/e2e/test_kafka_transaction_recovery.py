@@ -471,7 +471,7 @@ def test_a_zombie_producers_commit_after_a_new_init_producer_id_is_refused(
     refused INVALID_PRODUCER_EPOCH at once, as Kafka's group coordinator refuses it, and
     nothing becomes pending — also after a restart. (Before, the commit was accepted and its
     offsets stayed pending until the new producer's next transaction aborted them.) The new
-    producer's transaction goes on as usual."""
+    producer's transaction goes on as usual, and once it is over the zombie is still refused."""
     server = serve(cluster, tmp_path / "data")
     try:
         c = server.client()
@@ -509,6 +509,20 @@ def test_a_zombie_producers_commit_after_a_new_init_producer_id_is_refused(
         ]
         assert end_txn(c, producer) == E.none
         assert fetch(c, "g-zombie") == (9, E.none)
+        # The new producer's transaction is over: the zombie stays refused (Kafka keeps the
+        # producer id's last epoch for producer.id.expiration.ms; before, it was accepted and
+        # pending again), also after a restart.
+        for restart in (False, True):
+            if restart:
+                c.close()
+                assert server.stop() == 0, server.stderr_text()
+                server = serve(cluster, tmp_path / "data")
+                c = server.client()
+            for version in (3, 4):
+                assert txn_commit(c, version, zombie, "g-zombie", [TOPIC]) == [
+                    (TOPIC, [E.invalid_producer_epoch])
+                ]
+            assert fetch(c, "g-zombie") == (9, E.none)  # nothing pending
         c.close()
     finally:
         assert server.stop() == 0, server.stderr_text()

@@ -419,6 +419,64 @@ def test_an_aborted_transaction_leaves_the_offsets_and_pending_ones_are_unstable
     assert committed_log(stack.tansu.address, "tx-out", 0) == [b"x"]
 
 
+def test_a_zombie_producer_stays_fenced_after_the_new_producers_transaction(
+    stack: Stack,
+) -> None:
+    """confluent-kafka's transactional producer A has offsets pending when a second producer
+    B initializes the same transactional id (A's transaction aborted) and commits a
+    transaction of its own. A, a zombie unaware of it, then sends offsets in its old
+    transaction: Tansu's transaction coordinator takes its AddOffsetsToTxn at the old epoch,
+    the coordinator refuses it as Kafka's transaction coordinator would (INVALID_PRODUCER_EPOCH
+    to librdkafka's AddOffsetsToTxn v0, PRODUCER_FENCED from v2: fenced, a fatal error for A)
+    and nothing of A's becomes pending: B's committed offset stays, stable.
+    (Before, the end of B's transaction forgot A's epoch: A's offsets were accepted and stayed
+    pending, UNSTABLE_OFFSET_COMMIT to read_committed consumers.)"""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+    client = stack.server.client()
+    create_topics(client, **{"zf-in": 1, "zf-out": 1})
+    client.close()
+    consumer = Consumer({"bootstrap.servers": stack.address, "group.id": "zf-g"})
+    meta = consumer.consumer_group_metadata()
+    config = {"bootstrap.servers": stack.address, "transactional.id": "zf-1"}
+    zombie, producer = Producer(config), Producer(config)
+    try:
+        zombie.init_transactions(20)
+        zombie.begin_transaction()
+        zombie.produce("zf-out", b"zombie", partition=0)
+        zombie.send_offsets_to_transaction([TopicPartition("zf-in", 0, 5)], meta, 20)
+        producer.init_transactions(20)  # aborts the zombie's transaction
+        producer.begin_transaction()
+        producer.produce("zf-out", b"new", partition=0)
+        producer.send_offsets_to_transaction([TopicPartition("zf-in", 0, 10)], meta, 20)
+        producer.commit_transaction(20)
+        assert committed_offsets(stack.address, "zf-g", "zf-in", 1) == [10]
+        with pytest.raises(KafkaException) as refused:
+            zombie.send_offsets_to_transaction([TopicPartition("zf-in", 0, 7)], meta, 20)
+        error = refused.value.args[0]
+        assert error.code() == KafkaError._FENCED and error.fatal(), error
+        c = stack.server.client()
+        stable: Any = c.call(
+            request(
+                9,
+                7,
+                group_id="zf-g",
+                topics=[{"name": "zf-in", "partition_indexes": [0]}],
+                require_stable=True,
+            )
+        )
+        c.close()
+        assert [(p.committed_offset, p.error_code) for p in stable.topics[0].partitions] == [
+            (10, E.none)
+        ]
+    finally:
+        consumer.close()
+    refusals = [
+        line for line in stack.server.stderr_text().splitlines() if "AddOffsetsToTxn v" in line
+    ]
+    assert len(refusals) == 1 and " of zf-1 refused: Producer " in refusals[0], refusals
+
+
 @pytest.mark.parametrize("protocol", ["consumer", "classic"])
 def test_exactly_once_across_a_consumer_crash_and_rebalances(
     stack: Stack, tmp_path: Path, protocol: str

@@ -363,8 +363,8 @@ def test_a_zombies_commit_after_init_producer_id_is_refused_and_changes_nothing(
             txn_commit(h, {("in", 0): 11}, epoch=epoch)
         assert err.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
         assert err.value.message == (
-            f"Producer {PID} epoch {epoch} is fenced on group {G}: transactional id {T} was "
-            "initialized with a newer epoch (epochs up to 3 are fenced)."
+            f"Producer {PID} epoch {epoch} is fenced: transactional id {T} has a newer epoch "
+            f"on group {G} (epochs up to 3 are refused)."
         )
         with pytest.raises(InvalidProducerEpochError):
             h.run(
@@ -400,16 +400,27 @@ def test_a_zombies_commit_after_init_producer_id_is_refused_and_changes_nothing(
     replays(h)
 
 
-def test_a_fence_goes_with_its_group(h: Harness) -> None:
-    """A group holding nothing but a fence has no transaction: offset expiry deletes it (as
-    DeleteGroups would), fence included."""
+def test_a_fence_outlives_its_group(h: Harness) -> None:
+    """A fence is no group: one holding nothing else is not listed, not found by DeleteGroups
+    or OffsetDelete, left alone by offset expiry; the deletion of a group with offsets keeps
+    its fences — Kafka's producer state in the offsets partition outlives the group's records —
+    so the zombie stays refused in the group created again."""
     txn_commit(h, {("in", 0): 10}, epoch=3)
     h.run(lambda s: s.producer_initialized(initialized(4), h.now_ms))
     assert not h.shard.offsets.txn.has_transactions(G)
-    h.now_ms = 11 * 60_000
-    res = h.expire_offsets()
-    assert res.records == [r.group_transaction_record(G, PID, None)]
     assert G not in h.shard.offsets.simple_groups()
+    assert h.shard.list_groups() == []
+    assert h.run(lambda s: s.delete_groups([G])).response == [
+        (G, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {G} not found.")
+    ]
+    h.now_ms = 11 * 60_000
+    assert h.expire_offsets().records == []
+    h.commit(G, "", -1, {("in", 1): 5})
+    res = h.run(lambda s: s.delete_groups([G]))
+    assert res.response == [(G, ErrorCode.NONE, None)]
+    assert res.records == [r.offset_commit_tombstone(G, "in", 1)]
+    with pytest.raises(InvalidProducerEpochError):
+        txn_commit(h, {("in", 0): 11}, epoch=3)
     replays(h)
 
 
@@ -434,6 +445,99 @@ def test_a_fence_expires_after_producer_id_expiration_ms() -> None:
     h.now_ms = 61_000
     assert h.expire_offsets().records == [r.group_transaction_record(G, PID, None)]
     assert G in h.shard.offsets.simple_groups()
+    replays(h)
+
+
+def test_a_zombie_stays_refused_after_the_new_producers_transaction_ends(h: Harness) -> None:
+    """Kafka refuses an epoch older than the last one it saw of the producer id for as long as
+    it keeps the id's state: once the new producer's transaction ends, its end leaves a fence
+    of the epochs before its own (CompleteCommit, or CompleteAbort for an abort), so the
+    zombie's TxnOffsetCommit and AddOffsetsToTxn stay refused INVALID_PRODUCER_EPOCH, nothing
+    written. (Before, the transaction's record was tombstoned and the zombie's commit accepted,
+    pending.) The producer's next transaction at its epoch begins over the fence."""
+    txn_commit(h, {("in", 0): 10}, epoch=3)
+    h.run(lambda s: s.producer_initialized(initialized(4), h.now_ms))
+    h.now_ms = 100
+    txn_commit(h, {("in", 0): 20}, epoch=4)
+    end(h, S.PREPARE_COMMIT, True, epoch=4)
+    h.now_ms = 200
+    done = end(h, None, True, epoch=4)
+    assert done.records == [
+        r.offset_commit_record(G, "in", 0, committed(20, at=100)),
+        r.txn_offset_commit_record(G, "in", 0, PID, None),
+        r.group_transaction_record(G, PID, txn(epoch=3, state=S.COMPLETE_COMMIT, at=200)),
+    ]
+    assert h.shard.transactions() == []
+    before = h.shard.snapshot()
+    for epoch in (3, 0):
+        with pytest.raises(InvalidProducerEpochError) as err:
+            txn_commit(h, {("in", 0): 11}, epoch=epoch)
+        assert err.value.message == (
+            f"Producer {PID} epoch {epoch} is fenced: transactional id {T} has a newer epoch "
+            f"on group {G} (epochs up to 3 are refused)."
+        )
+        add = AddOffsetsToTxn(group_id=G, transactional_id=T, producer_id=PID, producer_epoch=epoch)
+        with pytest.raises(InvalidProducerEpochError):
+            h.run(lambda s, a=add: s.add_offsets_to_txn(a, h.now_ms))
+    assert h.shard.snapshot() == before
+    assert fetch(h, 0, stable=True) == [(20, ErrorCode.NONE)]
+    replays(h)
+    # The next transaction (epoch 4 again with transaction version 1), aborted this time.
+    assert txn_commit(h, {("in", 0): 30}, epoch=4).records == [
+        r.group_transaction_record(G, PID, txn(epoch=4, at=200)),
+        r.txn_offset_commit_record(G, "in", 0, PID, pending(30, epoch=4, at=200)),
+    ]
+    h.now_ms = 300
+    assert end(h, None, False, epoch=4).records == [
+        r.txn_offset_commit_record(G, "in", 0, PID, None),
+        r.group_transaction_record(G, PID, txn(epoch=3, state=S.COMPLETE_ABORT, at=300)),
+    ]
+    with pytest.raises(InvalidProducerEpochError):
+        txn_commit(h, {("in", 0): 11}, epoch=3)
+    assert fetch(h, 0, stable=True) == [(20, ErrorCode.NONE)]
+    replays(h)
+
+
+def test_the_epoch_is_checked_against_every_group_of_the_shard(h: Harness) -> None:
+    """Kafka keeps one epoch per producer id in an offsets partition, whatever the group: the
+    producer seen at epoch 5 in one group (an open transaction, then its fence) refuses epoch 4
+    in another group of the shard; an epoch-0 transaction's end leaves nothing to refuse."""
+    txn_commit(h, {("in", 0): 10}, epoch=5, group="other-group")
+    with pytest.raises(InvalidProducerEpochError) as err:
+        txn_commit(h, {("in", 0): 11}, epoch=4)
+    assert err.value.message == (
+        f"Producer {PID} epoch 4 is older than the epoch 5 of its transaction on group other-group."
+    )
+    end(h, None, True, epoch=5)
+    with pytest.raises(InvalidProducerEpochError) as err:
+        txn_commit(h, {("in", 0): 11}, epoch=4)
+    assert err.value.message == (
+        f"Producer {PID} epoch 4 is fenced: transactional id {T} has a newer epoch on group "
+        "other-group (epochs up to 4 are refused)."
+    )
+    assert txn_commit(h, {("in", 0): 12}, epoch=5).response is not None
+    other = PID + 1
+    txn_commit(h, {("in", 1): 13}, pid=other)
+    assert end(h, None, True, pid=other).records[-1] == r.group_transaction_record(G, other, None)
+    replays(h)
+
+
+def test_an_end_fence_expires_producer_id_expiration_ms_after_the_end() -> None:
+    """The fence an ended transaction leaves goes ``producer.id.expiration.ms`` after the end
+    (Kafka expires the producer id's state that long after its last record); then Kafka no
+    longer knows the producer id's epoch in the partition, and neither does the group."""
+    h = Harness(config=GroupCoordinatorConfig(producer_id_expiration_ms=60_000))
+    h.create_topic("in", 2)
+    txn_commit(h, {("in", 0): 10}, epoch=2)
+    h.now_ms = 5_000
+    end(h, None, True, epoch=2)
+    h.now_ms = 64_999
+    assert h.expire_offsets().records == []
+    with pytest.raises(InvalidProducerEpochError):
+        txn_commit(h, {("in", 0): 11}, epoch=1)
+    h.now_ms = 65_000
+    assert h.expire_offsets().records == [r.group_transaction_record(G, PID, None)]
+    assert txn_commit(h, {("in", 0): 11}, epoch=1).response is not None
     replays(h)
 
 

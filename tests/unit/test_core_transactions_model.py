@@ -2,12 +2,14 @@
 (coordinator/core/transactions.py; Kafka's OffsetMetadataManager).
 
 Hypothesis drives one group through random streams of TxnOffsetCommits of three producers (each
-its own transactional id), plain commits, EndTxn forwarded (prepare) and answered (commit or
+its own transactional id; some from an older epoch: a zombie), plain commits, EndTxn forwarded (prepare) and answered (commit or
 abort), InitProducerIds, OffsetDeletes and the group's deletion. A small model keeps what
 Kafka keeps: pending offsets per producer and committed offsets, each dated by the position of
 its record in the log (a committed transaction's offset by its pending record), the most recent
 winning when a transaction commits; a tombstone drops the partition's pending offsets too; an
-InitProducerId aborts its producer's ongoing transaction. After every step both fetches (plain
+InitProducerId aborts its producer's ongoing transaction; an epoch older than the last one the
+group saw of the producer id (its transaction's, an InitProducerId's, an ended transaction's)
+is refused INVALID_PRODUCER_EPOCH, also after the group's deletion. After every step both fetches (plain
 and require_stable) must answer what the model says, and so must a shard rebuilt from the
 emitted records and one rebuilt from ``records_of_state``.
 """
@@ -17,11 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from coordinator.core.config import GroupCoordinatorConfig
-from coordinator.core.errors import ConcurrentTransactionsError, ErrorCode, GroupIdNotFoundError
+from coordinator.core.errors import (
+    ConcurrentTransactionsError,
+    ErrorCode,
+    GroupIdNotFoundError,
+    InvalidProducerEpochError,
+)
 from coordinator.core.offsets import (
     OffsetCommitPartition,
     OffsetCommitTopic,
@@ -41,7 +48,7 @@ offsets = st.dictionaries(
     st.sampled_from(PARTITIONS), st.integers(min_value=0, max_value=999), min_size=1
 )
 op = st.one_of(
-    st.tuples(st.just("txn"), st.sampled_from(PIDS), offsets),
+    st.tuples(st.just("txn"), st.sampled_from(PIDS), offsets, st.sampled_from([0, 0, 1, 2])),
     st.tuples(st.just("plain"), offsets),
     st.tuples(st.just("prepare"), st.sampled_from(PIDS), st.booleans()),
     st.tuples(st.just("complete"), st.sampled_from(PIDS), st.booleans()),
@@ -60,6 +67,11 @@ class Model:
     pending: dict[int, dict[int, tuple[int, int]]] = field(default_factory=dict)
     txns: dict[int, tuple[int, str]] = field(default_factory=dict)  # pid -> (epoch, state)
     epochs: dict[int, int] = field(default_factory=lambda: dict.fromkeys(PIDS, 0))
+    fenced: dict[int, int] = field(default_factory=dict)  # pid -> newest epoch refused
+
+    def refused(self, pid: int, epoch: int) -> bool:
+        txn = self.txns.get(pid)
+        return epoch <= self.fenced.get(pid, -1) or (txn is not None and epoch < txn[0])
 
     def next(self) -> int:
         self.seq += 1
@@ -96,8 +108,10 @@ def fetch(shard: Any, stable: bool) -> list[tuple[int, ErrorCode]]:
 def step(h: Harness, m: Model, o: tuple[Any, ...]) -> None:
     kind = o[0]
     if kind == "txn":
-        _, pid, offsets = o
-        epoch = m.epochs[pid]
+        _, pid, offsets, lag = o
+        epoch = m.epochs[pid] - lag
+        if epoch < 0:
+            return
         txn = m.txns.get(pid)
         req = TxnOffsetCommit(
             transactional_id=f"t{pid}",
@@ -114,6 +128,14 @@ def step(h: Harness, m: Model, o: tuple[Any, ...]) -> None:
                 ),
             ),
         )
+        if m.refused(pid, epoch):
+            before = h.shard.snapshot()
+            try:
+                h.run(lambda s: s.txn_offset_commit(req, h.now_ms))
+            except InvalidProducerEpochError:
+                assert h.shard.snapshot() == before
+                return
+            raise AssertionError("a zombie's commit was accepted")
         if txn is not None and txn[0] == epoch and txn[1] != "ongoing":
             try:
                 h.run(lambda s: s.txn_offset_commit(req, h.now_ms))
@@ -123,6 +145,7 @@ def step(h: Harness, m: Model, o: tuple[Any, ...]) -> None:
         h.run(lambda s: s.txn_offset_commit(req, h.now_ms))
         if txn is not None and txn[0] < epoch:
             m.drop(pid)
+        m.fenced.pop(pid, None)  # the transaction's record replaces the fence
         m.txns[pid] = (epoch, "ongoing")
         for p, offset in sorted(offsets.items()):
             m.pending.setdefault(pid, {})[p] = (offset, m.next())
@@ -149,6 +172,8 @@ def step(h: Harness, m: Model, o: tuple[Any, ...]) -> None:
                     if p not in m.committed or seq > m.committed[p][1]:
                         m.committed[p] = (offset, seq)
             m.drop(pid)
+            if txn[0] > 0:
+                m.fenced[pid] = txn[0] - 1
     elif kind == "init":
         _, pid = o
         m.epochs[pid] += 1
@@ -159,6 +184,9 @@ def step(h: Harness, m: Model, o: tuple[Any, ...]) -> None:
         txn = m.txns.get(pid)
         if txn is not None and txn[1] == "ongoing":
             m.drop(pid)
+            m.fenced[pid] = m.epochs[pid] - 1
+        elif txn is None and pid in m.fenced:
+            m.fenced[pid] = m.epochs[pid] - 1
     elif kind == "delete":
         _, p = o
         try:
@@ -174,15 +202,25 @@ def step(h: Harness, m: Model, o: tuple[Any, ...]) -> None:
         assert not m.known() or answer == [(G, ErrorCode.NONE, None)], answer
         m.committed.clear()
         m.pending.clear()
-        m.txns.clear()
+        m.txns.clear()  # the fences stay
 
 
 def offsets_of(offsets: dict[int, int]) -> list[tuple[int, int]]:
     return sorted(offsets.items())
 
 
+ZOMBIE_AFTER_THE_END = [
+    ("init", 100),
+    ("txn", 100, {0: 1}, 0),
+    ("complete", 100, True),
+    ("txn", 100, {0: 2}, 1),  # the zombie of epoch 0: refused
+]
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(op, min_size=1, max_size=25))
+@example(ZOMBIE_AFTER_THE_END)
+@example([*ZOMBIE_AFTER_THE_END[:3], ("delete_group",), ZOMBIE_AFTER_THE_END[3]])
 def test_transactional_offsets_follow_kafka(ops: list[tuple[Any, ...]]) -> None:
     h = Harness(config=GroupCoordinatorConfig())
     h.create_topic("in", len(PARTITIONS))

@@ -9,7 +9,10 @@ The listener serves four APIs around the upstream's transaction coordinator:
   FindCoordinator): the upstream adds its own offsets partition of the group to the
   transaction, which is what a broker's transaction coordinator does for its group
   coordinator — the transaction then has offsets to complete, so EndTxn is accepted. Once it
-  answered, the group joins the producer's transaction here (``Offsets.add_offsets``).
+  answered, the group joins the producer's transaction here (``Offsets.add_offsets``) —
+  unless its epoch is older than one the group has seen of the producer id (a zombie the
+  upstream did not fence): then refused as Kafka's transaction coordinator refuses it,
+  PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2).
 * **TxnOffsetCommit (28)** v0–6 (v6, KIP-1319: topics by id) — served
   (``CoordinatorService.txn_offset_commit``): the offsets are pending for the producer. A v5+
   request (transaction version 2: producers no longer send AddOffsetsToTxn) is authorized,
@@ -261,6 +264,16 @@ class TransactionBridge:
             if exc.code is ErrorCode.NOT_COORDINATOR and self._routing is not None:
                 # the group moved meanwhile: the client finds the id's node again
                 return self._answer(ADD_OFFSETS_TO_TXN, version, frame, NOT_COORDINATOR)
+            if exc.code is ErrorCode.INVALID_PRODUCER_EPOCH:
+                # An epoch older than one the group has seen of the producer id (a zombie):
+                # answered as Kafka's transaction coordinator answers a stale epoch.
+                log.info(
+                    "AddOffsetsToTxn v%d of %s refused: %s",
+                    version,
+                    req.transactional_id,
+                    exc.message,
+                )
+                return self._answer(ADD_OFFSETS_TO_TXN, version, frame, fenced_code(version))
             return self._answer(ADD_OFFSETS_TO_TXN, version, frame, _client_code(exc))
         return out
 
@@ -535,6 +548,13 @@ def settled(t: GroupTransaction, described: Any) -> bool | None:
     if t.state is TransactionState.ONGOING:
         return False
     return None
+
+
+def fenced_code(version: int) -> int:
+    """What Kafka's transaction coordinator answers a stale producer epoch in AddOffsetsToTxn
+    (and EndTxn, AddPartitionsToTxn): PRODUCER_FENCED from v2 (KIP-588), INVALID_PRODUCER_EPOCH
+    to older clients, which do not know it."""
+    return PRODUCER_FENCED if version >= 2 else INVALID_PRODUCER_EPOCH
 
 
 class _Failed(CoordinatorError):
