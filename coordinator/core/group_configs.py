@@ -30,7 +30,7 @@ from .config import GROUP_CONFIGS, ConfigError, GroupCoordinatorConfig, check_gr
 from .context import ShardContext
 from .errors import CoordinatorError, InvalidConfigError, InvalidRequestError
 from .events import Event, LogEvent
-from .timeline import UndoLog
+from .timeline import TDict, UndoLog
 
 SESSION_TIMEOUT_CONFIG = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL_CONFIG = "consumer.heartbeat.interval.ms"
@@ -100,6 +100,24 @@ class ClusterGroupConfigs(ByGroupId[dict[str, str]]):
     def __init__(self, undo: UndoLog, config: GroupCoordinatorConfig) -> None:
         self.config = config
         self._by_group = undo.new_dict()  # group id -> {name: value}
+        self._staging: TDict | None = None
+        """Where replayed records go while staged (:meth:`stage`)."""
+
+    def stage(self) -> None:
+        """From now on until :meth:`unstage`, replayed records go to a copy of the overrides
+        (copied C-level, on the same undo log): every read — a shard's heartbeat, a
+        DescribeConfigs — sees them as they were, then all at once (an append of the cluster
+        log applied in parts is seen whole or not at all: ``Partitions._apply_in_parts``).
+        Only while nothing rolls this state back across the stage (the committed copy never
+        rolls back; the registry's commands are held meanwhile, none of its writes in flight)."""
+        if self._staging is None:
+            self._staging = self._by_group._log.new_dict(self._by_group)
+
+    def unstage(self) -> None:
+        """What was replayed since :meth:`stage` becomes what every read sees, at once."""
+        staged, self._staging = self._staging, None
+        if staged is not None:
+            self._by_group = staged
 
     def overrides(self, group_id: str) -> Mapping[str, str] | None:
         """The group's overrides, None when the cluster log names no config of the group."""
@@ -174,7 +192,8 @@ class ClusterGroupConfigs(ByGroupId[dict[str, str]]):
         key, value = r.typed(record, r.ConfigKey, r.ConfigValue)
         if key.resource_type != r.CONFIG_RESOURCE_GROUP:
             return  # no other resource's configs are kept here
-        _put(self._by_group, key.resource_name, key.name, None if value is None else value.value)
+        by_group = self._by_group if self._staging is None else self._staging
+        _put(by_group, key.resource_name, key.name, None if value is None else value.value)
 
     def snapshot(self) -> dict[str, object]:
         return _snapshot(self._by_group)

@@ -35,7 +35,7 @@ from . import records as r
 from .commands import Result
 from .config import GroupCoordinatorConfig
 from .errors import InvalidRequestError
-from .timeline import UndoLog
+from .timeline import TDict, UndoLog
 
 
 class ClusterTransactionalIds:
@@ -44,6 +44,23 @@ class ClusterTransactionalIds:
     def __init__(self, undo: UndoLog, config: GroupCoordinatorConfig | None = None) -> None:
         self._config = config or GroupCoordinatorConfig()
         self._ids = undo.new_dict()  # transactional id -> TransactionalIdGroupValue
+        self._staging: TDict | None = None
+        """Where replayed records go while staged (:meth:`stage`)."""
+
+    def stage(self) -> None:
+        """From now on until :meth:`unstage`, replayed records go to a copy of the mappings
+        (copied C-level, on the same undo log): every read sees them as they were, then all
+        at once (an append of the cluster log applied in parts is seen whole or not at all:
+        ``Partitions._apply_in_parts``). Only while nothing rolls this state back across the
+        stage (the committed copy, which never rolls back)."""
+        if self._staging is None:
+            self._staging = self._ids._log.new_dict(self._ids)
+
+    def unstage(self) -> None:
+        """What was replayed since :meth:`stage` becomes what every read sees, at once."""
+        staged, self._staging = self._staging, None
+        if staged is not None:
+            self._ids = staged
 
     def group_of(self, transactional_id: str) -> str | None:
         """The group ``transactional_id`` commits offsets to; None: none known."""
@@ -117,10 +134,11 @@ class ClusterTransactionalIds:
 
     def _replay(self, record: r.Record) -> None:
         key, value = r.typed(record, r.TransactionalIdGroupKey, r.TransactionalIdGroupValue)
+        ids = self._ids if self._staging is None else self._staging
         if value is None:
-            self._ids.discard(key.transactional_id)
+            ids.discard(key.transactional_id)
         else:
-            self._ids[key.transactional_id] = value
+            ids[key.transactional_id] = value
 
     def snapshot(self) -> dict[str, object]:
         return {"transactional_id_groups": dict(sorted(self._ids.items()))}

@@ -14,12 +14,19 @@ any of its answers is released.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from coordinator.core.commands import IdSource
 from coordinator.core.config import GroupCoordinatorConfig
-from coordinator.core.records import Record, RecordKey
+from coordinator.core.records import (
+    AccessControlEntryKey,
+    ConfigKey,
+    Record,
+    RecordKey,
+    TransactionalIdGroupKey,
+    UserScramCredentialKey,
+)
 from coordinator.factory import group_configs_of, new_cluster, transactional_ids_of
 
 Staged = tuple[dict[RecordKey, Any], dict[RecordKey, None]]
@@ -85,6 +92,29 @@ class CommittedCluster:
                 else:
                     deletions.pop(record.key, None)
                     sets[record.key] = record.value
+
+    def stage(self, kinds: Collection[type]) -> None:
+        """Until :meth:`unstage`, every read of this copy sees it as it is now, whatever is
+        replayed meanwhile: its topics image held (``TopicRegistry.hold_image``), the
+        components holding records of ``kinds`` (the key types about to be replayed) staged —
+        ACLs and credentials (``SecurityMetadata.stage``), group configs, transactional ids —
+        (an append of the cluster log, or a reload's changes, applied in parts:
+        ``Partitions._apply_in_parts``; :attr:`records` with :meth:`registry_replay` and
+        :meth:`keep`)."""
+        self.registry.hold_image()
+        if AccessControlEntryKey in kinds or UserScramCredentialKey in kinds:
+            self.security.stage()
+        if ConfigKey in kinds:
+            self.group_configs.stage()
+        if TransactionalIdGroupKey in kinds:
+            self.transactional_ids.stage()
+
+    def unstage(self) -> None:
+        """What was replayed since :meth:`stage` becomes what every read sees, at once."""
+        self.registry.release_image()
+        self.security.unstage()
+        self.group_configs.unstage()
+        self.transactional_ids.unstage()
 
     def keep(self, staged: Staged) -> None:
         """:attr:`records` as the records staged (:meth:`registry_replay`) leave them."""

@@ -35,8 +35,8 @@ Theory of operation:
   (between writes of this node's own to it: a write decided on the older state is refused by
   the store and rolled back, which must not undo what was applied), in steps of the loop
   that end at an append's end (:data:`STEP_RECORDS`; the committed copy a loop step after
-  the registry; an append of topics, ACLs and credentials larger than a step in parts, read
-  whole or not at all), the registry's commands held until the last (``Leadership.cluster_held``,
+  the registry; an append larger than a step, of any record types, in parts, read whole or
+  not at all), the registry's commands held until the last (``Leadership.cluster_held``,
   :meth:`Partitions.applied`). Topics others deleted lose their offsets in the partitions
   served here, as in the deleting node's. The log is loaded with its end as of the loaded
   view (``RecordStore.load_snapshot``), past the view's last record when the newest entries
@@ -58,12 +58,8 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.core import codec
 from coordinator.core.errors import CoordinatorError, NotCoordinatorError
-from coordinator.core.records import (
-    AccessControlEntryKey,
-    Record,
-    TopicKey,
-    UserScramCredentialKey,
-)
+from coordinator.core.records import ConfigKey, Record, TopicKey
+from coordinator.factory import group_configs_of
 from coordinator.routing import partition_for
 
 from .collector import free_dropped, freeze_new, no_collections
@@ -91,11 +87,6 @@ append's records share its timestamp), at least one, until this many records (5-
 loop at 10-12 µs a record, the committed copy and the topics' images included), then the loop
 serves what came meanwhile before the next step (Kafka's metadata loader publishing at batch
 boundaries)."""
-
-IN_PARTS = (TopicKey, AccessControlEntryKey, UserScramCredentialKey)
-"""The records of an append applied in parts when it is larger than a step (a CreateTopics,
-CreateAcls or AlterUserScramCredentials of thousands: ``Partitions._apply_in_parts``); an
-append holding any other record is applied in one step."""
 
 RELEASE_SLICE = 5000
 """Entries a catch-up read that are freed a loop step once applied (:func:`_release`)."""
@@ -453,8 +444,8 @@ class Partitions:
                 if stepped and self._applying is None:
                     self._applying = loop.create_future()
                     lead.cluster_held = True
-                if parts:  # one append larger than a step (IN_PARTS): in parts, then whole
-                    await self._apply_in_parts(entries, i, j)
+                if parts:  # one append larger than a step: in parts, then whole
+                    await self._apply_in_parts(entries, i, j, parts)
                     i = j
                     if i == n or not self.driver.active:
                         break
@@ -482,28 +473,34 @@ class Partitions:
                 applying.set_result(None)
         log.info("Applied %d records of the cluster log (up to offset %d).", i, self.cluster_offset)
 
-    async def _apply_in_parts(self, entries: Sequence[Entry], start: int, end: int) -> None:
-        """One append of topic, ACL and SCRAM credential records larger than a step (a
-        CreateTopics, CreateAcls or AlterUserScramCredentials of thousands: :data:`IN_PARTS`),
-        applied :data:`STEP_RECORDS` records a loop step to the registry, then each part to
-        its committed copy in the next, their topics' images (what every read of topics is
-        answered from: ``TopicRegistry.hold_image``) held as they were before the append and
-        built a part at a time meanwhile, the committed copy's ACLs and credentials (what the
-        authorizer, SASL/SCRAM and the Describe reads are answered from) staged
-        (``SecurityMetadata.stage``), then all shown at once: a read sees the append whole or
-        not at all. The registry's own ACLs and credentials are read by its commands only,
-        held meanwhile (the caller's). Its offsets' deletions and the shards' new image come
-        last, as for any append (:meth:`_apply_records`). ``entries[start:end]``: the append
-        (found on the loader thread: :func:`_read_journal`)."""
+    async def _apply_in_parts(
+        self, entries: Sequence[Entry], start: int, end: int, kinds: frozenset[type]
+    ) -> None:
+        """One append larger than a step (a CreateTopics, CreateAcls, AlterUserScramCredentials,
+        IncrementalAlterConfigs of thousands, an append mixing them with transactional ids'
+        groups, a reload's changes: ``entries[start:end]``, holding records of the key types
+        ``kinds``; where it ends found on the loader thread: :func:`_read_journal`), applied
+        :data:`STEP_RECORDS` records a loop step to the registry, then each part to its
+        committed copy in the next. Every read sees the append whole or not at all: both
+        copies' topics images (what every read of topics is answered from:
+        ``TopicRegistry.hold_image``) are held as they were before the append and built a part
+        at a time meanwhile; the committed copy's ACLs and credentials (what the authorizer,
+        SASL/SCRAM and the Describe reads are answered from), group configs (DescribeConfigs)
+        and transactional ids' groups (the transactions' routing) are staged
+        (``CommittedCluster.stage``), and so are the registry's group configs (each shard's
+        heartbeats read them); then all are shown at once. The registry's other components
+        are read by its commands only, held meanwhile (the caller's). Its offsets' deletions
+        and the shards' new image come last, as for any append (:meth:`_apply_records`)."""
         driver = self.driver
         registry, committed = driver.registry, driver.committed
-        copies = [registry] if committed is None else [registry, committed.registry]
+        configs = group_configs_of(registry)
         staged: Staged = ({}, {})
         deleted: set[str] = set()
-        for copy in copies:
-            copy.hold_image()
+        registry.hold_image()
+        if ConfigKey in kinds:
+            configs.stage()
         if committed is not None:
-            committed.security.stage()
+            committed.stage(kinds)
         before = registry.image().by_name  # the topics before the append (held)
         try:
             for at in range(start, end, STEP_RECORDS):
@@ -518,10 +515,10 @@ class Partitions:
                     await asyncio.sleep(0)
                 freeze_new()  # long-lived (see _apply_entries)
         finally:
-            for copy in copies:
-                copy.release_image()
+            registry.release_image()
+            configs.unstage()
             if committed is not None:
-                committed.security.unstage()
+                committed.unstage()
         if committed is not None:
             committed.keep(staged)  # its records by key (what a reload compares)
         self._applied(deleted, entries[end - 1][0])
@@ -620,10 +617,10 @@ async def migrate_group_configs(driver: Driver, partition: int) -> None:
 
 Entry = tuple[int, int, Record]
 """A journal entry of the cluster log read: (offset, timestamp, record)."""
-Step = tuple[int, bool]
-"""Where a step of the entries read ends (exclusive), and whether it is one append of topics,
-ACLs and SCRAM credentials larger than a step (applied in parts:
-``Partitions._apply_in_parts``)."""
+Step = tuple[int, frozenset[type]]
+"""Where a step of the entries read ends (exclusive), and when it is one append larger than a
+step (applied in parts: ``Partitions._apply_in_parts``) the key types of its records (else
+none)."""
 
 
 def _read_journal(store: Any, start: int) -> tuple[list[Entry], list[Step]]:
@@ -635,16 +632,24 @@ def _read_journal(store: Any, start: int) -> tuple[list[Entry], list[Step]]:
 
 
 def _steps(entries: Sequence[Entry]) -> list[Step]:
-    """The steps of ``entries`` (:func:`_step_end`), each flagged when it is an append of
-    topics, ACLs and SCRAM credentials (:data:`IN_PARTS`) larger than a step."""
+    """The steps of ``entries`` (:func:`_step_end`), each one that is an append larger than a
+    step with the key types of its records (:func:`_kinds`)."""
     out: list[Step] = []
     i, n = 0, len(entries)
     while i < n:
         j = _step_end(entries, i)
-        parts = j - i > STEP_RECORDS and all(type(e[2].key) in IN_PARTS for e in entries[i:j])
-        out.append((j, parts))
+        out.append((j, _kinds(entries, i, j) if j - i > STEP_RECORDS else _WHOLE))
         i = j
     return out
+
+
+_WHOLE: frozenset[type] = frozenset()
+
+
+def _kinds(entries: Sequence[Entry], start: int, end: int) -> frozenset[type]:
+    """The key types of the records of ``entries[start:end]`` (what their application in
+    parts stages: ``CommittedCluster.stage``)."""
+    return frozenset({type(e[2].key) for e in entries[start:end]})
 
 
 def _journal(store: Any, log_id: int, start: int) -> list[tuple[int, int, Record]]:

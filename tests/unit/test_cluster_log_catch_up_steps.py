@@ -15,13 +15,16 @@ from typing import Any
 import pytest
 import test_cluster_log_reload
 from builders import LoopSteps
-from test_cluster_log_reload import Node, acl, node, upsert
+from test_cluster_log_reload import SESSION_TIMEOUT, Node, acl, node, upsert
 from test_security_authorizer_index import whole_builds
 from test_server_authorization import ADMIN
 
+from coordinator.core import records as r
+from coordinator.core.commands import Result
 from coordinator.core.errors import ErrorCode
 from coordinator.core.topics import NewTopic
 from coordinator.routing import CLUSTER_LOG
+from coordinator.runtime import REGISTRY
 from coordinator.runtime import partitions as partitions_module
 from coordinator.security.acls import AclOperation, ResourceType
 from coordinator.security.principal import user
@@ -334,4 +337,88 @@ async def test_an_append_of_acls_or_credentials_larger_than_a_step_is_applied_in
         assert security_reads(behind)[0] == (True,) * 7 + (False,)
         assert all(c is not None for c in security_reads(behind)[1])
         assert builds == []
+        assert await behind.state() == await writer.state()
+
+
+def mixed_append() -> list[Any]:
+    """Seven records of every kind the cluster log carries but credentials (the test above),
+    interleaved so that each part of three mixes them: topics p and q, u0's and u1's READ of
+    topic t, session timeouts of groups g1 and g2, transactional id tx's group."""
+
+    def read_of_t(u: str) -> Any:
+        return r.acl_record(r.AccessControlEntryKey(2, "t", 3, f"User:{u}", "*", 3, 3), True)
+
+    def timeout(group: str) -> Any:
+        return r.config_record(r.CONFIG_RESOURCE_GROUP, group, SESSION_TIMEOUT, "50000")
+
+    return [
+        r.topic_record("p", "id-of-p", 1),
+        read_of_t("u0"),
+        timeout("g1"),
+        r.transactional_id_group_record("tx", "g1", 5),
+        r.topic_record("q", "id-of-q", 1),
+        read_of_t("u1"),
+        timeout("g2"),
+    ]
+
+
+def mixed_reads(n: Node) -> tuple[Any, ...]:
+    """Every read of the cluster log's state on node ``n``: topics (:func:`every_read`), ACLs
+    and credentials (:func:`security_reads`), the group configs DescribeConfigs reads (the
+    committed copy's) and its partition's groups' heartbeats read (the registry's, through
+    the shard), the group a transactional id's requests are routed by (the committed copy's)."""
+    rt = n.rt
+    shard = rt.driver.shards[0].group_configs
+    return (
+        every_read(n),
+        security_reads(n),
+        tuple(repr(rt.committed.group_configs.overrides(g)) for g in ("g1", "g2")),
+        tuple(repr(shard.overrides(g)) for g in ("g1", "g2")),
+        rt.transactional_id_group("tx"),
+    )
+
+
+async def test_an_append_of_every_record_type_larger_than_a_step_is_applied_in_parts(
+    open_store: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One append mixing topics, ACLs, group configs and a transactional id's group (seven
+    records, written by one command of the writer's registry), with steps of three: applied a
+    part of three records at most a loop step, one copy a loop step (the registry, then its
+    committed copy), and every read in between (every loop step: topics, the authorizer,
+    DescribeConfigs' and the heartbeats' group configs, the transactional id's routing) sees
+    the state before the append or after it, never part of it: the committed copy's group
+    configs and transactional ids, and the registry's group configs, staged until the last
+    part. Before, an append holding records other than topics, ACLs and credentials was
+    applied whole, in one loop step to both copies (14 records replayed at once)."""
+    monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
+    async with node(open_store, 1) as writer, node(open_store, 2) as behind:
+        records = mixed_append()
+
+        def write(registry: Any) -> Result[None]:
+            for record in records:
+                registry.replay(record)
+            return Result(records=list(records))
+
+        mixed_reads(behind)  # the authorizer decides from the start
+        replayed = count_replays(monkeypatch, behind, lambda: steps.now)
+        before = mixed_reads(behind)
+        await writer.rt._submit(REGISTRY, write)
+        seen = {before}
+        with LoopSteps() as steps:
+            behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
+            catching_up = asyncio.ensure_future(behind.parts.caught_up())
+            while not catching_up.done():
+                seen.add(mixed_reads(behind))
+                await asyncio.sleep(0)
+        after = mixed_reads(behind)
+        assert seen | {after} == {before, after}
+        assert [sum(n.values()) for n in replayed.values()] == [3, 3, 3, 3, 1, 1]
+        assert [list(n) for n in replayed.values()] == [["registry"], ["committed"]] * 3
+        assert not behind.rt.driver.lead.cluster_held
+        topics, security, committed_configs, shard_configs, tx_group = after
+        assert topics[0] == ("p", "q")
+        assert security[0] == (True, True) + (False,) * 6
+        assert committed_configs == shard_configs == (repr({SESSION_TIMEOUT: "50000"}),) * 2
+        assert tx_group == "g1"
+        assert mixed_reads(writer) == after
         assert await behind.state() == await writer.state()
