@@ -43,7 +43,8 @@ Theory of operation:
   were tombstones. When the journal no longer holds what this node has not applied (journal
   retention removed it), the compacted view is loaded again in place of the node's copy
   (Kafka's broker loading a metadata snapshot: compared with the copy off the loop, only
-  what changed applied on it), and the journal followed from its end.
+  what changed applied on it, in parts as a large append is, read whole or not at all), and
+  the journal followed from its end.
 """
 
 from __future__ import annotations
@@ -386,8 +387,11 @@ class Partitions:
         and compares it with copies of this node's (``loader.cluster_changes``): the keys the
         node has and the view lacks (deleted meanwhile) get tombstones, the records that are
         new or differ are replayed, the others are the node's already. The loop applies those
-        changes in one step: no request sees a mix, and the loop is held for what changed
-        (the topics' images too: ``TopicRegistry.image``), not for the whole log."""
+        changes as one append of the log (:meth:`_apply_entries`): in one step when they fit
+        one, else :data:`STEP_RECORDS` a loop step, one copy a loop step, every read seeing
+        the node's copy as it was or as the view has it, never a mix (its committed copy and
+        the topics' images held or staged until the last part: :meth:`_apply_in_parts`), the
+        registry's commands held meanwhile (``Leadership.cluster_held``)."""
         driver = self.driver
         log.warning(
             "The cluster log's journal no longer holds offset %d on (journal retention removed "
@@ -403,8 +407,8 @@ class Partitions:
         # found are dropped below (or the read fails, the copy changing under it) and the
         # next round reads again.
         try:
-            end, records = await asyncio.get_running_loop().run_in_executor(
-                self._loader, partial(cluster_changes, self.store, committed.records)
+            end, entries, steps = await asyncio.get_running_loop().run_in_executor(
+                self._loader, partial(_read_changes, self.store, committed.records)
             )
         except RuntimeError as exc:  # "dictionary changed size during iteration"
             log.info("The cluster log's reload read a copy that changed meanwhile: %s", exc)
@@ -416,8 +420,12 @@ class Partitions:
             or end < start
         ):
             return  # a write of its own meanwhile: the next round reads again
-        self._apply_records(records, end)
-        log.info("Reloaded the cluster log: %d changes (up to offset %d).", len(records), end)
+        if entries:
+            await self._apply_entries(entries, steps)
+        else:
+            self._apply_records([], end)
+        log.info("Reloaded the cluster log: %d changes (up to offset %d).", len(entries), end)
+        await _release(entries)
 
     async def _apply_entries(self, entries: Sequence[Entry], steps: Sequence[Step]) -> None:
         """Apply journal ``entries`` of the cluster log (offset, timestamp, record: decoded on
@@ -650,6 +658,17 @@ def _kinds(entries: Sequence[Entry], start: int, end: int) -> frozenset[type]:
     """The key types of the records of ``entries[start:end]`` (what their application in
     parts stages: ``CommittedCluster.stage``)."""
     return frozenset({type(e[2].key) for e in entries[start:end]})
+
+
+def _read_changes(store: Any, live: Any) -> tuple[int, list[Entry], list[Step]]:
+    """What a reload changes in this node's copy, whose records' values by key are ``live``
+    (``loader.cluster_changes``: on a loader thread), as one append at the view's end: its
+    entries (offset: the log's last as of the view) and its one step, in parts when it is
+    larger than a step."""
+    end, records = cluster_changes(store, live)
+    entries = [(end, 0, record) for record in records]
+    n = len(entries)
+    return end, entries, [(n, _kinds(entries, 0, n) if n > STEP_RECORDS else _WHOLE)] if n else []
 
 
 def _journal(store: Any, log_id: int, start: int) -> list[tuple[int, int, Record]]:
