@@ -17,7 +17,16 @@ its longest lateness (wall) / the loop thread's longest CPU time from one tick t
   (``Partitions._catch_up``); *catchup-append*: N topics in one append (a CreateTopics of N;
   *before*: applied whole, *after*: in parts, ``Partitions._apply_in_parts``);
   *catchup-append-acls*, *catchup-append-scram*: N ACLs (a CreateAcls of N), N users' SCRAM
-  credentials in one append (the same, the committed copy's ACLs and credentials staged).
+  credentials in one append (the same, the committed copy's ACLs and credentials staged);
+  *catchup-append-mixed*: N records of four kinds in one append, a quarter each — topics,
+  ACLs, groups' session timeouts, transactional ids' groups (*before*: applied whole, as an
+  append mixing kinds was; *after*: in parts, the group configs and transactional ids staged
+  too).
+* *reload*: the node fell behind the cluster log past journal retention (N topics and N ACLs,
+  :data:`RELOAD_CHURN` of each deleted and as many created meanwhile) and loads its compacted
+  view in place of its copy (``Partitions._reload``: the view read, decoded and compared on a
+  loader thread; *before*: the changes applied in one loop step, *after*: in parts as a large
+  append is).
 * *takeover*: the node takes over a coordinator partition whose log holds one group of N
   members (each member's metadata, target and current assignment): read and built on a loader
   thread, then installed on the loop with its members' timers armed (``Partitions.install``,
@@ -53,6 +62,7 @@ import gc
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -80,6 +90,8 @@ CASES = (
     "catchup-append",
     "catchup-append-acls",
     "catchup-append-scram",
+    "catchup-append-mixed",
+    "reload",
     "catchup-acls",
     "catchup-scram",
     "takeover",
@@ -92,6 +104,9 @@ CASES = (
     "forwarded",
 )
 SNAPSHOTS = ("snapshot", "feed", "snapshot-new")
+RELOAD_CHURN = 0.1
+"""*reload*: the share of the topics and of the ACLs deleted, and as many created, while the
+node was away (10%: at 10,000 topics 4,000 changes, eight steps' worth)."""
 MODES = ("before", "after")
 
 
@@ -101,6 +116,17 @@ def _cluster_records(case: str, n: int) -> list[Any]:
 
     if case in ("catchup-topics", "catchup-append"):
         return [r.topic_record(f"t-{i:07d}", f"id-{i:07d}", 3) for i in range(n)]
+    if case == "catchup-append-mixed":  # a quarter of each kind
+        q = n // 4
+        return [
+            *_cluster_records("catchup-topics", q),
+            *_cluster_records("catchup-acls", q),
+            *(
+                r.config_record(r.CONFIG_RESOURCE_GROUP, f"g-{i}", SESSION, "50000")
+                for i in range(q)
+            ),
+            *(r.transactional_id_group_record(f"tx-{i}", f"g-{i}", 5) for i in range(n - 3 * q)),
+        ]
     if case in ("catchup-acls", "catchup-append-acls"):
         return [
             r.acl_record(AccessControlEntryKey(2, f"t-{i:07d}", 3, f"User:u{i}", "*", 3, 3), True)
@@ -110,6 +136,39 @@ def _cluster_records(case: str, n: int) -> list[Any]:
         salt=b"s" * 16, stored_key=b"k" * 32, server_key=b"v" * 32, iterations=4096
     )
     return [r.scram_credential_record(f"user-{i}", 1, value) for i in range(n)]
+
+
+SESSION = "consumer.session.timeout.ms"
+
+
+def _reload_records(n: int, first: int = 0) -> list[Any]:
+    """*reload*: topics ``t-N`` and each one's ACL (``User:uN`` may READ it)."""
+    from coordinator.core import records as r
+
+    numbers = range(first, first + n)
+    return [
+        *(r.topic_record(f"t-{i:07d}", f"id-{i:07d}", 3) for i in numbers),
+        *(_acl_of(i, True) for i in numbers),
+    ]
+
+
+def _acl_of(i: int, exists: bool) -> Any:
+    from coordinator.core import records as r
+    from coordinator.core.records import AccessControlEntryKey
+
+    return r.acl_record(AccessControlEntryKey(2, f"t-{i:07d}", 3, f"User:u{i}", "*", 3, 3), exists)
+
+
+def _reload_churn(n: int) -> list[Any]:
+    """:data:`RELOAD_CHURN` of the topics and of the ACLs deleted, as many new ones."""
+    from coordinator.core import records as r
+
+    gone = range(0, n, round(1 / RELOAD_CHURN))
+    return [
+        *(r.topic_record(f"t-{i:07d}", None) for i in gone),
+        *(_acl_of(i, False) for i in gone),
+        *_reload_records(len(gone), first=n),
+    ]
 
 
 def _group_records(members: int) -> list[Any]:
@@ -182,6 +241,27 @@ def _append_as_it_was() -> None:
                 applying.set_result(None)
 
     partitions.Partitions._apply_entries = apply_entries  # type: ignore[method-assign]
+
+
+def _reload_as_it_was() -> None:
+    """*before*: a reload's changes (found on the loader thread) applied in one loop step."""
+    from coordinator.runtime import partitions
+
+    async def reload(self: Any, start: int) -> None:
+        driver, committed = self.driver, self.driver.committed
+        end, records = await asyncio.get_running_loop().run_in_executor(
+            self._loader, partial(partitions.cluster_changes, self.store, committed.records)
+        )
+        if (
+            driver._last_batch.get(driver.shard_count) is not None
+            or not driver.active
+            or self.cluster_offset + 1 != start
+            or end < start
+        ):
+            return
+        self._apply_records(records, end)
+
+    partitions.Partitions._reload = reload  # type: ignore[method-assign]
 
 
 def _list_as_it_was() -> None:
@@ -257,6 +337,8 @@ BEFORE = {
     "catchup-append": _append_as_it_was,
     "catchup-append-acls": _append_as_it_was,
     "catchup-append-scram": _append_as_it_was,
+    "catchup-append-mixed": _append_as_it_was,
+    "reload": _reload_as_it_was,
     "catchup-acls": _as_it_was,
     "catchup-scram": _as_it_was,
     "list": _list_as_it_was,
@@ -437,6 +519,8 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
         _append(store, _feed_records(n), 1_000, 10_000)
     if case == "metadata-acls":  # each topic another user's, every one described by alice
         _append(store, _acl_records(n), 1_500, 10_000)
+    elif case == "reload":
+        _append(store, _reload_records(n), 1_000, 10_000)
 
     rt = CoordinatorRuntime(
         config=parse_config({"group.coordinator.shards": "1"}),
@@ -451,6 +535,9 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
         _append(store, _cluster_records(case, n), 2_000, per_append)
     elif case == "takeover":
         _append(store, _group_records(n), 2_000, 10_000)
+    elif case == "reload":  # what the node misses, then retention removes from the journal
+        _append(store, _reload_churn(n), 2_000, 10_000)
+        store.expire_journal(2**62)
     if case == "snapshot":  # what the upstream broker has: the same topics
         wanted = [NewTopic(name=t.name, num_partitions=3) for t in await rt.list_topics()]
     elif case == "snapshot-new":  # the broker has N topics, the registry none
@@ -490,12 +577,15 @@ async def _run(case: str, n: int, mode: str) -> dict[str, Any]:
     mark = len(ticker.lateness)
     out: dict[str, Any] = {"case": case, "n": n, "mode": mode}
     t0 = time.perf_counter()
-    if case.startswith("catchup"):
+    if case.startswith("catchup") or case == "reload":
         parts.follow_cluster_log(store.last_offset(CLUSTER_LOG))
         await parts.caught_up()
         out["ok"] = parts.cluster_offset == store.last_offset(CLUSTER_LOG) and (
-            len(rt.committed.records) == n
+            len(rt.committed.records) == (2 * n if case == "reload" else n)
         )
+        if case == "reload":  # the topics the view has, the deleted ones gone
+            topics = rt.registry.image().by_name
+            out["ok"] = out["ok"] and len(topics) == n and "t-0000000" not in topics
     elif case == "takeover":
         install = parts.install
 
@@ -646,7 +736,15 @@ def main(argv: list[str] | None = None) -> None:
         "append, before applied whole to each copy, after in parts with both copies' topics "
         "images held until the last; *catchup-append-acls*, *catchup-append-scram*: N ACLs, "
         "N users' SCRAM credentials in one append, the same with the committed copy's ACLs "
-        "and credentials staged until the last); *takeover*: this node takes over "
+        "and credentials staged until the last; *catchup-append-mixed*: N records in one "
+        "append, a quarter each topics, ACLs, groups' session timeouts and transactional ids' "
+        "groups, before applied whole, after in parts with the committed copy's ACLs, group "
+        "configs and transactional ids and the registry's group configs staged); *reload*: "
+        f"this node fell behind past journal retention while {RELOAD_CHURN:.0%} of N topics "
+        "and of N ACLs were deleted and as many created, and loads the compacted view (read, "
+        "decoded and compared with its copy on the loader thread; before, the changes applied "
+        "in one loop step, after, in parts as a large append); *takeover*: this node takes "
+        "over "
         "a partition holding one group of N members; *list*, *snapshot*: ListTopics and a "
         "refresh from an upstream broker that changes nothing, at N topics; *feed*: that "
         "refresh through the Kafka listener's topic feed, the broker's Metadata answer (N "
