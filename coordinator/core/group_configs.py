@@ -113,11 +113,15 @@ class ClusterGroupConfigs(ByGroupId[dict[str, str]]):
         if self._staging is None:
             self._staging = self._by_group._log.new_dict(self._by_group)
 
-    def unstage(self) -> None:
-        """What was replayed since :meth:`stage` becomes what every read sees, at once."""
+    def unstage(self) -> list[object]:
+        """What was replayed since :meth:`stage` becomes what every read sees, at once.
+        Returns what it replaced (for the caller to drop when it will)."""
         staged, self._staging = self._staging, None
-        if staged is not None:
-            self._by_group = staged
+        if staged is None:
+            return []
+        replaced: list[object] = [self._by_group]
+        self._by_group = staged
+        return replaced
 
     def overrides(self, group_id: str) -> Mapping[str, str] | None:
         """The group's overrides, None when the cluster log names no config of the group."""

@@ -426,8 +426,12 @@ class TopicRegistry:
         all (``Partitions``)."""
         self._held = self.build_image()
 
-    def release_image(self) -> None:
-        self._held = None
+    def release_image(self) -> list[object]:
+        """:meth:`image` shows the topics as they are again. Returns the image held (for the
+        caller to drop when it will: its mappings of 100,000 topics freed in one go are a
+        millisecond or two of the loop), if any."""
+        held, self._held = self._held, None
+        return [] if held is None else [held]
 
     def mark(self) -> int:
         return self.undo.mark()

@@ -56,11 +56,15 @@ class ClusterTransactionalIds:
         if self._staging is None:
             self._staging = self._ids._log.new_dict(self._ids)
 
-    def unstage(self) -> None:
-        """What was replayed since :meth:`stage` becomes what every read sees, at once."""
+    def unstage(self) -> list[object]:
+        """What was replayed since :meth:`stage` becomes what every read sees, at once.
+        Returns what it replaced (for the caller to drop when it will)."""
         staged, self._staging = self._staging, None
-        if staged is not None:
-            self._ids = staged
+        if staged is None:
+            return []
+        replaced: list[object] = [self._ids]
+        self._ids = staged
+        return replaced
 
     def group_of(self, transactional_id: str) -> str | None:
         """The group ``transactional_id`` commits offsets to; None: none known."""

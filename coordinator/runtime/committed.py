@@ -29,10 +29,6 @@ from coordinator.core.records import (
 )
 from coordinator.factory import group_configs_of, new_cluster, transactional_ids_of
 
-Staged = tuple[dict[RecordKey, Any], dict[RecordKey, None]]
-"""What records do to :attr:`CommittedCluster.records`: the values they set, the keys they
-delete."""
-
 
 class CommittedCluster:
     """The cluster-level state machine fed durable records only (see the module doc): its
@@ -40,6 +36,7 @@ class CommittedCluster:
     ``transactional_ids`` (the group each transactional id commits offsets to)."""
 
     __slots__ = (
+        "_staged",
         "group_configs",
         "loaded",
         "records",
@@ -61,6 +58,8 @@ class CommittedCluster:
         """The value of every live record by key (its latest one no tombstone), in the order
         the keys came: what a compacted view is compared with when ``Partitions`` reloads the
         cluster log (the keys it lacks removed, the values that differ replayed)."""
+        self._staged: dict[RecordKey, Any] | None = None
+        """While staged (:meth:`stage`): the copy of :attr:`records` replays change."""
         self.loaded = False
         """The cluster log is loaded (``loader.load_cluster``): its reads are answered from
         here, while the coordinator partitions still load."""
@@ -68,7 +67,7 @@ class CommittedCluster:
     def replay(self, records: Iterable[Record]) -> None:
         """Apply durable cluster records, in their log's order."""
         replay = self.registry.replay
-        live = self.records
+        live = self.records if self._staged is None else self._staged
         for record in records:
             replay(record)
             if record.value is None:
@@ -76,32 +75,18 @@ class CommittedCluster:
             else:
                 live[record.key] = record.value
 
-    def registry_replay(self, records: Iterable[Record], staged: Staged | None = None) -> None:
-        """:meth:`replay` but for :attr:`records`: what ``records`` do to them goes to
-        ``staged`` (:meth:`keep` it once all are replayed: an append applied in parts, its
-        records' keys hashed a part at a time, the last step only merges)."""
-        replay = self.registry.replay
-        for record in records:
-            replay(record)
-        if staged is not None:
-            sets, deletions = staged
-            for record in records:
-                if record.value is None:
-                    sets.pop(record.key, None)
-                    deletions[record.key] = None
-                else:
-                    deletions.pop(record.key, None)
-                    sets[record.key] = record.value
-
     def stage(self, kinds: Collection[type]) -> None:
         """Until :meth:`unstage`, every read of this copy sees it as it is now, whatever is
         replayed meanwhile: its topics image held (``TopicRegistry.hold_image``), the
         components holding records of ``kinds`` (the key types about to be replayed) staged —
         ACLs and credentials (``SecurityMetadata.stage``), group configs, transactional ids —
         (an append of the cluster log, or a reload's changes, applied in parts:
-        ``Partitions._apply_in_parts``; :attr:`records` with :meth:`registry_replay` and
-        :meth:`keep`)."""
+        ``Partitions._apply_in_parts``), and :attr:`records` replayed into a copy (a C copy of
+        its table: 200,000 records' keys hashed again, or merged in one step, held the loop
+        15-20 ms)."""
         self.registry.hold_image()
+        if self._staged is None:
+            self._staged = self.records.copy()
         if AccessControlEntryKey in kinds or UserScramCredentialKey in kinds:
             self.security.stage()
         if ConfigKey in kinds:
@@ -109,17 +94,19 @@ class CommittedCluster:
         if TransactionalIdGroupKey in kinds:
             self.transactional_ids.stage()
 
-    def unstage(self) -> None:
-        """What was replayed since :meth:`stage` becomes what every read sees, at once."""
-        self.registry.release_image()
-        self.security.unstage()
-        self.group_configs.unstage()
-        self.transactional_ids.unstage()
-
-    def keep(self, staged: Staged) -> None:
-        """:attr:`records` as the records staged (:meth:`registry_replay`) leave them."""
-        sets, deletions = staged
-        live = self.records
-        for key in deletions:
-            live.pop(key, None)
-        live.update(sets)  # the keys' hashes as staged: a merge in C
+    def unstage(self) -> list[object]:
+        """What was replayed since :meth:`stage` becomes what every read sees, at once.
+        Returns what it replaced — the topics image held, :attr:`records`, the components'
+        maps — for the caller to drop a piece at a time (freed in one go at 100,000 topics
+        and ACLs: 5-6 ms of the loop)."""
+        replaced = [
+            *self.registry.release_image(),
+            *self.security.unstage(),
+            *self.group_configs.unstage(),
+            *self.transactional_ids.unstage(),
+        ]
+        staged, self._staged = self._staged, None
+        if staged is not None:
+            replaced.append(self.records)
+            self.records = staged
+        return replaced
