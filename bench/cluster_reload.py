@@ -19,9 +19,10 @@ catch-up's wall time. Then the node's state is checked equal to a fresh node's l
 
 *before*: the reload as it was (the view read and decoded on a loader thread, then replayed
 whole on the loop); *after*: the view compared with copies of the node's state on the loader
-thread, and only the changes applied on the loop (``loader.cluster_changes``). Either way the
-topics' images are built from the last ones and the topics changed (``TopicRegistry.image``).
-The two modes alternate.
+thread, and only the changes applied on the loop (``loader.cluster_changes``; since b0fc521
+in parts of ``STEP_RECORDS`` a loop step when they are more: bench/loop_steps.py *reload*
+compares that with the changes applied in one step). Either way the topics' images are built
+from the last ones and the topics changed (``TopicRegistry.image``). The two modes alternate.
 """
 
 from __future__ import annotations
