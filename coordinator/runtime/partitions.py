@@ -697,8 +697,8 @@ async def _drop_replaced(replaced: list[object]) -> None:
     records held the loop 10-15 ms more (what something else still refers to is freed when
     it lets go)."""
     while replaced:
+        await asyncio.sleep(0)  # none in the step that showed the new ones
         replaced.pop()
-        await asyncio.sleep(0)
 
 
 async def _release(entries: list[Any]) -> None:

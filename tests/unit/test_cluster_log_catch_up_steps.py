@@ -422,3 +422,64 @@ async def test_an_append_of_every_record_type_larger_than_a_step_is_applied_in_p
         assert tx_group == "g1"
         assert mixed_reads(writer) == after
         assert await behind.state() == await writer.state()
+
+
+async def test_the_step_that_shows_an_append_applied_in_parts_only_swaps_copies_in(
+    open_store: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append of seven topics, then one deleting five, with steps of three: the loop step
+    that shows each (``CommittedCluster.unstage``) hashes no record key — the committed
+    copy's records by key were replayed into a copy a part at a time, and it swaps that copy
+    in — and frees none of what it replaces (dropped one piece a loop step after: the topics
+    image held, the records by key as they were). Before, that step merged the staged
+    records into the committed copy's, their deletions hashing each key again (at 100,000
+    topics and ACLs, 20,000 deletions: 17 ms), and freed the maps it replaced at once."""
+    monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
+    async with node(open_store, 1) as writer, node(open_store, 2) as behind:
+        hashed: dict[int, int] = {}
+        key_hash = r.TopicKey.__hash__
+
+        def counted(key: Any) -> int:
+            hashed[steps.now] = hashed.get(steps.now, 0) + 1
+            return key_hash(key)
+
+        committed = behind.rt.committed
+        unstage, shown = type(committed).unstage, []
+
+        def watched(self: Any) -> list[object]:
+            replaced = unstage(self) or []
+            shown.append((steps.now, [type(o).__name__ for o in replaced]))
+            return replaced
+
+        monkeypatch.setattr(type(committed), "unstage", watched)
+        left: list[int] = []  # what is still held when the next loop step begins
+        drop = partitions_module._drop_replaced
+
+        async def watched_drop(replaced: list[object]) -> None:
+            asyncio.get_running_loop().call_soon(lambda: left.append(len(replaced)))
+            await drop(replaced)
+
+        monkeypatch.setattr(partitions_module, "_drop_replaced", watched_drop)
+        for change in ("create", "delete"):
+            if change == "create":
+                topics = [NewTopic(name=t, num_partitions=1) for t in "pqrstuv"]
+                await writer.ok(
+                    await writer.service.create_topics(TopicChanges(entries=topics), ADMIN)
+                )
+            else:
+                await writer.ok(
+                    await writer.service.delete_topics(TopicChanges(entries=list("pqrst")), ADMIN)
+                )
+            hashed.clear()
+            shown.clear()
+            left.clear()
+            monkeypatch.setattr(r.TopicKey, "__hash__", counted)
+            with LoopSteps() as steps:
+                await behind.follow(writer)
+            monkeypatch.setattr(r.TopicKey, "__hash__", key_hash)
+            ((step, replaced),) = shown
+            assert hashed.get(step, 0) == 0
+            assert sum(hashed.values()) > 0  # the parts hashed them, each in its own step
+            assert replaced == ["TopicsImage", "dict"]  # the image held, the records by key
+            assert left == [3]  # both, and the registry's image held: none freed yet
+        assert await behind.state() == await writer.state()
