@@ -418,9 +418,25 @@ class Workers:
             for w in self.all:
                 assert w.proc.poll() is None, f"{w.name} exited: {w.of('error')} {w.stderr()}"
             assert time.monotonic() < deadline, f"no commit acknowledged since {t:.1f} for " + (
-                ", ".join(sorted(wanted - done))
+                ", ".join(sorted(wanted - done)) + self.history(wanted - done)
             )
             time.sleep(0.1)
+
+    def history(self, groups: Iterable[str], last: int = 25) -> str:
+        """The evidence for ``groups`` in a failure's message: each group's last events (and
+        its worker's events naming no group: kafka-python's request timeouts), and the stderr
+        of the workers running them."""
+        out = []
+        for w in self.all:
+            mine = sorted(set(w.spec["groups"]).intersection(groups))
+            if not mine:
+                continue
+            with w._lock:
+                events = [e for e in w.events if e.get("group") in mine or "group" not in e]
+            out.append(f"\n--- {w.name} ({', '.join(mine)}): last {last} events")
+            out.extend(json.dumps(e, sort_keys=True) for e in events[-last:])
+            out.append(f"--- {w.name} stderr: {w.stderr()[-1500:]}")
+        return "\n".join(out)
 
     def kill_all(self) -> None:
         """After a failure: end every worker at once (bounded)."""
