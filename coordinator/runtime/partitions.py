@@ -38,7 +38,8 @@ Theory of operation:
   the registry; an append larger than a step, of any record types, in parts, read whole or
   not at all), the registry's commands held until the last (``Leadership.cluster_held``,
   :meth:`Partitions.applied`). Topics others deleted lose their offsets in the partitions
-  served here, as in the deleting node's. The log is loaded with its end as of the loaded
+  served here, as in the deleting node's — a topic deleted and created again (another topic
+  id) before this node applied both too. The log is loaded with its end as of the loaded
   view (``RecordStore.load_snapshot``), past the view's last record when the newest entries
   were tombstones. When the journal no longer holds what this node has not applied (journal
   retention removed it), the compacted view is loaded again in place of the node's copy
@@ -59,7 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from coordinator.core import codec
 from coordinator.core.errors import CoordinatorError, NotCoordinatorError
-from coordinator.core.records import ConfigKey, Record, TopicKey
+from coordinator.core.records import ConfigKey, Record, TopicKey, TopicValue
 from coordinator.factory import group_configs_of
 from coordinator.routing import partition_for
 
@@ -501,7 +502,7 @@ class Partitions:
         driver = self.driver
         registry, committed = driver.registry, driver.committed
         configs = group_configs_of(registry)
-        deleted: set[str] = set()
+        deleted: dict[str, str] = {}
         registry.hold_image()
         if ConfigKey in kinds:
             configs.stage()
@@ -512,7 +513,7 @@ class Partitions:
             await asyncio.sleep(0)  # staging took its copies: the loop serves meanwhile
             for at in range(start, end, STEP_RECORDS):
                 part = [e[2] for e in entries[at : min(at + STEP_RECORDS, end)]]
-                deleted |= _deleted(part, before)
+                deleted |= _deleted(part, before)  # ids as before the append
                 self._replay(part)
                 registry.build_image()
                 await asyncio.sleep(0)  # the loop serves what came meanwhile
@@ -553,10 +554,12 @@ class Partitions:
             driver.committed.replay(records)
         self._applied(deleted, last)
 
-    def _applied(self, deleted: set[str], last: int) -> None:
+    def _applied(self, deleted: dict[str, str], last: int) -> None:
         """The end of an application up to ``last`` (``deleted``: the registry's topics it
-        deleted): the shards' new topics image, the log's offset, the deleted topics'
-        offsets removed in the partitions served here."""
+        deleted or replaced, by name, with their topic ids): the shards' new topics image, the
+        log's offset, the offsets of the topics gone — deleted, or another topic by that name
+        now — removed in the partitions served here (offsets are kept by topic name: a topic
+        created again must not start at the old one's)."""
         driver = self.driver
         present = driver.registry.topics
         driver._publish_topics()
@@ -565,7 +568,11 @@ class Partitions:
         self.writer.submit(self._adopt_cluster_log, last)
         served = self.lead.served()
         # Sorted only for partitions served here (10,000 names: 3-9 ms of the loop).
-        gone = sorted(name for name in deleted if name not in present) if served else ()
+        gone = (
+            sorted(name for name, old in deleted.items() if _topic_id(present, name) != old)
+            if served
+            else ()
+        )
         if gone:
             for i in served:
                 try:
@@ -710,13 +717,25 @@ async def _release(entries: list[Any]) -> None:
         await asyncio.sleep(0)
 
 
-def _deleted(records: Sequence[Record], present: Any) -> set[str]:
-    """The topics of ``present`` (the registry's) that ``records`` delete."""
-    return {
-        r.key.name
-        for r in records
-        if r.value is None and type(r.key) is TopicKey and r.key.name in present
-    }
+def _deleted(records: Sequence[Record], present: Any) -> dict[str, str]:
+    """The topics of ``present`` (the registry's, or its image's, by name) that ``records``
+    delete or replace by another topic of that name (another topic id: a reload's changes hold
+    no tombstone in between), with their topic ids."""
+    out: dict[str, str] = {}
+    for r in records:
+        key = r.key
+        if type(key) is TopicKey:
+            old = present.get(key.name)
+            value: TopicValue | None = r.value  # type: ignore[assignment]  # a TopicKey's
+            if old is not None and (value is None or value.topic_id != old.topic_id):
+                out.setdefault(key.name, old.topic_id)
+    return out
+
+
+def _topic_id(topics: Any, name: str) -> str | None:
+    """The id of the topic ``name`` in ``topics`` (by name); None: none."""
+    topic = topics.get(name)
+    return None if topic is None else str(topic.topic_id)
 
 
 def _step_end(entries: Sequence[tuple[int, int, Record]], start: int) -> int:

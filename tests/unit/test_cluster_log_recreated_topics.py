@@ -1,0 +1,79 @@
+"""A topic another node deleted and created again (a new topic id) before this node caught up
+loses its offsets in the partitions this node serves, as a topic deleted for good does
+(``Partitions._applied``, docs/ha.md "The cluster log"), however the node applies the two
+appends: in one step, in parts (an append larger than a step), or as a reload of the log's
+compacted view (which holds the new topic's record and no tombstone). The deleting node's
+DeleteTopics removed the offsets only in the partitions it serves; the new topic must not
+start at the old one's offsets here. On the memory store (its lease table)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from builders import commit
+from test_cluster_log_reload import Node, node
+from test_server_authorization import ADMIN
+
+from coordinator.core.offsets import OffsetFetchGroup
+from coordinator.core.topics import NewTopic
+from coordinator.runtime import partitions as partitions_module
+from coordinator.runtime.store import MemoryRecordStore
+from coordinator.server.api import TopicChanges
+
+G = "g"
+
+
+async def fetched(n: Node) -> dict[tuple[str, int], int]:
+    (answer,) = await n.rt.offset_fetch([OffsetFetchGroup(group_id=G)])
+    return {
+        (t.name, p.partition_index): p.committed_offset for t in answer.topics for p in t.partitions
+    }
+
+
+async def topic_ids(n: Node) -> dict[str, str]:
+    return {t.name: t.topic_id for t in n.rt.committed.registry.list_topics()}
+
+
+@pytest.mark.parametrize("how", ["one step", "in parts", "reload"])
+async def test_a_topic_deleted_and_created_again_loses_its_offsets_here(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Node 2 serves the group's partition, whose group committed offsets of topics x and
+    y; node 1 deletes x and y, then creates x again (and z): once node 2 has caught up, the
+    group has no offsets of x nor y (node 2 removed them, as node 1 would have), and x is the
+    new topic. "one step": both appends applied in one loop step; "in parts": a millisecond
+    apart from none, the deletion and the creation of x, y, z, w (5 records, steps of 3) go
+    in parts; "reload": node 2 was cut off past the journal's retention and reloads (x's new
+    record replaces the old, no tombstone). Before, the offsets of x were kept (only a name
+    the step deleted and left deleted lost its offsets)."""
+    if how == "in parts":
+        monkeypatch.setattr(partitions_module, "STEP_RECORDS", 3, raising=False)
+    shared = MemoryRecordStore(partitions=1)
+
+    def open_store() -> Any:
+        return MemoryRecordStore(_data=shared._data)
+
+    async with node(open_store, 1) as writer, node(open_store, 2) as server:
+        server.rt.ids._n = 100  # type: ignore[attr-defined]  # its topic ids apart
+        shared.set_leader(0, 2, 1)
+        await server.parts.load_partition(0, 1)
+        await writer.rt.create_topics([NewTopic(name=n, num_partitions=1) for n in "xy"])
+        await server.follow(writer)
+        old = await topic_ids(server)
+        await server.rt.offset_commit(commit(G, {("x", 0): 42, ("y", 0): 7}))
+        assert await fetched(server) == {("x", 0): 42, ("y", 0): 7}
+        await writer.ok(await writer.service.delete_topics(TopicChanges(entries=["x", "y"]), ADMIN))
+        if how == "one step":
+            await writer.rt.advance_time(1)
+        again = [NewTopic(name=n, num_partitions=1) for n in ("x", "z", "w")]
+        await writer.ok(await writer.service.create_topics(TopicChanges(entries=again), ADMIN))
+        if how == "reload":
+            writer.store.expire_journal(2**62)
+        await server.follow(writer)
+        new = await topic_ids(server)
+        assert sorted(new) == ["w", "x", "z"] and new["x"] != old["x"]
+        await server.rt.engine.flush()  # the offsets' tombstones durable
+        assert await fetched(server) == {}
+        async with node(open_store, 3) as fresh:
+            assert await topic_ids(fresh) == new
