@@ -243,19 +243,27 @@ def test_the_folder_thread_buckets_the_samples_without_a_scrape(clock: Clock) ->
     with h._FOLD_LOCK:  # as the folder thread does, every FOLD_INTERVAL_S
         for live in list(h._LIVE):
             live.fold()
-    assert child.pending == [] and sum(child.counts) == 100
+    assert len(child.pending) == 0 and sum(child.counts) == 100
     latency = calls.metrics.request_series("ConsumerGroupHeartbeat", "grpc").child(0)
-    assert latency.pending == [] and sum(latency.counts) == 100
+    assert len(latency.pending) == 0 and sum(latency.counts) == 100
 
 
-def test_a_bad_value_never_stops_the_folder(clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_value_that_is_not_a_number_is_refused_where_it_is_observed(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pending values are doubles (an array): a value that is not a number never gets in (a
+    TypeError where it is observed: every value the coordinator observes is a difference of
+    clock readings), so nothing pending can stop a fold; the folder and the observations after
+    it go on."""
     calls = Calls(clock)
     series_ = calls.metrics.request_series("ConsumerGroupHeartbeat", "grpc")
-    series_.ok("not a number")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        series_.ok("not a number")  # type: ignore[arg-type]
+    assert len(series_.child(0).pending) == 0
     with h._FOLD_LOCK:
         for live in list(h._LIVE):
             live.fold()
-    assert "Folding 1 observations failed" in caplog.text
+    assert "Folding" not in caplog.text
     calls.call(GRPC, ErrorCode.NONE, queued=0.0, processing=0.0, after=0.001)  # and it goes on
     latency = histogram(calls.metrics, "kip848_request_duration_seconds")
     assert sum(v for (suffix, _, _), v in latency.items() if suffix == "_count") == 1
