@@ -404,6 +404,9 @@ def request_hook(rpc: Any, metrics: CoordinatorMetrics | None) -> RequestHook:
     kafka_series = metrics.request_series(rpc.kafka_name, "kafka")
     monotonic = time.monotonic
     set_arrival = ARRIVAL.set
+    # [answer type, value type] of the answers that carry their code themselves, once the
+    # reader has learned them (a heartbeat's Reply): read here without calling the reader.
+    plain = getattr(error_code, "plain", None) or [_Never, _Never]
 
     def begin(req: Any, caller: Any) -> Any:
         # A forwarded call's clock started in its front end; any other request's starts here,
@@ -429,7 +432,10 @@ def request_hook(rpc: Any, metrics: CoordinatorMetrics | None) -> RequestHook:
         if answer is None:
             series.observe(ABORTED, monotonic() - arrival)
             return
-        code = error_code(answer)
+        if type(answer) is plain[0] and type(answer.value) is plain[1]:
+            code = answer.error_code  # what error_code(answer) reads, without the call
+        else:
+            code = error_code(answer)
         if code:
             series.observe(code, monotonic() - arrival)
         else:
@@ -438,6 +444,10 @@ def request_hook(rpc: Any, metrics: CoordinatorMetrics | None) -> RequestHook:
             observe_after(req, caller, answer)
 
     return RequestHook(begin, end)
+
+
+class _Never:
+    """The type of no answer (``plain`` of an error-code reader that has none)."""
 
 
 def _open_span(rpc: Any, req: Any, caller: Any) -> tuple[Any, Any, Any] | None:

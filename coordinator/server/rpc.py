@@ -89,7 +89,9 @@ class RpcInfo:
     error_code: Callable[[Any], int] = dataclasses.field(
         default_factory=lambda: answer_code_reader()
     )
-    """The error code of one of its answers (:func:`answer_code_reader`)."""
+    """The error code of one of its answers (:func:`answer_code_reader`; its ``plain``
+    attribute says which answers carry their code themselves, for an observer that reads it on
+    every request without the call)."""
 
 
 class RpcHook(Protocol):
@@ -258,8 +260,14 @@ def answer_code_reader() -> Callable[[Any], int]:
     """The error code of one RPC's answers (:func:`first_error`), learning from its first
     answer whether they are plain (:func:`plain_value`): then each later answer's code is the
     Reply's own, read without the walk. An answer shape it cannot read is logged and counted
-    UNKNOWN_SERVER_ERROR, never raised."""
+    UNKNOWN_SERVER_ERROR, never raised.
+
+    The reader's ``plain`` attribute is ``[answer type, value type]`` of those plain answers,
+    filled in place once learned (two types no answer has until then): an answer ``a`` with
+    ``type(a) is plain[0] and type(a.value) is plain[1]`` has the code ``a.error_code``, for an
+    observer that reads it on every request without calling the reader."""
     plain: type | None = None
+    learned: list[type] = [_Unlearned, _Unlearned]
 
     def code(answer: Any) -> int:
         nonlocal plain
@@ -272,9 +280,16 @@ def answer_code_reader() -> Callable[[Any], int]:
             return int(ErrorCode.UNKNOWN_SERVER_ERROR)
         if plain is None:
             plain = plain_value(answer)
+            if plain is not None:
+                learned[:] = [Reply, plain]
         return found
 
+    code.plain = learned  # type: ignore[attr-defined]
     return code
+
+
+class _Unlearned:
+    """The type of no answer: :func:`answer_code_reader`'s ``plain`` until it learned one."""
 
 
 # ---------------------------------------------------------------- error shapes

@@ -284,6 +284,35 @@ async def test_heartbeat_answers_are_counted_by_their_code_before_and_after_a_pl
         await rt.close()
 
 
+def test_the_reader_says_which_answers_carry_their_code_for_the_hook_to_read_them() -> None:
+    """``answer_code_reader().plain``: [answer type, value type] of the plain answers, learned
+    from the first answer (a type no answer has before); the service layer's hook reads such
+    an answer's code itself (``a.error_code``), exactly what the reader would return."""
+    from coordinator.core.commands import ConsumerGroupHeartbeatResponse
+    from coordinator.core.offsets import OffsetCommitResponse
+    from coordinator.server.api import Reply
+
+    response = ConsumerGroupHeartbeatResponse(
+        member_id="A", member_epoch=1, heartbeat_interval_ms=5000
+    )
+    read = answer_code_reader()
+    plain = read.plain  # type: ignore[attr-defined]
+    error = Reply(error_code=ErrorCode.UNKNOWN_MEMBER_ID)
+    assert type(error) is not plain[0] and read(error) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert read(Reply(value=response)) == 0  # learned from here on
+    assert plain == [Reply, ConsumerGroupHeartbeatResponse]
+    for answer in (
+        Reply(value=response),
+        Reply(value=response, error_code=ErrorCode.NOT_COORDINATOR),
+    ):
+        assert type(answer) is plain[0] and type(answer.value) is plain[1]
+        assert answer.error_code == read(answer)
+    assert type(error.value) is not plain[1]  # read by the reader, as before
+    entries = answer_code_reader()
+    assert entries(Reply(value=OffsetCommitResponse(topics=()))) == 0
+    assert entries.plain[0] is not Reply  # type: ignore[attr-defined]  # never learned: entries
+
+
 async def test_a_forwarded_call_is_timed_from_when_its_front_end_received_it() -> None:
     """``--grpc-processes``: a front end stamps when it received a call (``time.monotonic()``,
     one clock for every process of the machine); the call's latency and its command's queue
