@@ -117,7 +117,7 @@ os.register_at_fork(after_in_child=_forget_folder)
 
 class LoopHistogram(Collector):
     """A histogram observed from one thread only (the event loop: every observation of the
-    coordinator happens there) for the price of one list append: values are bucketed later,
+    coordinator happens there) for the price of one array append: values are bucketed later,
     in bulk, by a background thread every :data:`FOLD_INTERVAL_S` and by every scrape before
     it reads the buckets (under one lock; the loop never takes it). Observations are on every
     request several times; bucketing them where they happen cost the loop several times more

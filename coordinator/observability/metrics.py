@@ -12,7 +12,7 @@ tracing together, bench/observability.py):
   recording is a dict or list lookup plus ``observe``/``inc``, never ``labels(**dict)``; a
   request answered without error (nearly all) records its latency with no lookup at all
   (``RequestSeries.ok``);
-* a histogram observation on the loop is one list append (:class:`LoopHistogram`); values are
+* a histogram observation on the loop is one array append (:class:`LoopHistogram`); values are
   bucketed in bulk off the request path, in C-level passes, by a folder thread every second
   and by each scrape;
 * values the coordinator already holds (group and member counts, offsets, load times, shard
