@@ -1,0 +1,131 @@
+"""A coordinator partition this node takes (or loses and takes again) while it applies an
+append of the cluster log in parts (``Partitions._apply_in_parts``): the partition's groups see
+the topics as they were before the append until it is shown whole, then as after it, and the
+node's state — the partition's offsets included — equals what a fresh node loads from the
+store. On the memory store (its lease table)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from builders import commit
+from test_cluster_log_reload import Node, node
+from test_server_authorization import ADMIN
+
+from coordinator.core.offsets import OffsetFetchGroup
+from coordinator.core.topics import NewTopic
+from coordinator.routing import CLUSTER_LOG
+from coordinator.runtime import partitions as partitions_module
+from coordinator.runtime.leadership import PartitionState
+from coordinator.runtime.loader import load_partition
+from coordinator.runtime.store import MemoryRecordStore
+from coordinator.server.api import TopicChanges
+
+G = "g"
+STEP = 3
+
+
+async def fetched(n: Node) -> dict[tuple[str, int], int]:
+    (answer,) = await n.rt.offset_fetch([OffsetFetchGroup(group_id=G)])
+    return {
+        (t.name, p.partition_index): p.committed_offset for t in answer.topics for p in t.partitions
+    }
+
+
+def groups_topics(n: Node) -> tuple[str, ...]:
+    """The topics partition 0's groups see (its heartbeats', its assignments')."""
+    return tuple(sorted(n.rt.driver.shards[0].context.topics.by_name))
+
+
+def take_now(n: Node, shared: MemoryRecordStore, epoch: int) -> None:
+    """Node ``n`` takes partition 0 at ``epoch`` in this loop step: its log read and the shard
+    installed at once (``Partitions.load_partition`` reads it on a loader thread, whose end
+    falls at a loop step of its own: here the step is the test's)."""
+    shared.set_leader(0, n.parts.lead.node_id, epoch)
+    n.parts.lead.set(0, PartitionState.LOADING, epoch)
+    shard = n.parts.new_shard()
+    assert n.parts.install(0, epoch, shard, load_partition(n.store, 0, shard))
+
+
+@pytest.mark.parametrize("at", range(9))
+@pytest.mark.parametrize("move", ["taken", "lost and taken again"])
+async def test_a_partition_taken_while_an_append_is_applied_in_parts(
+    monkeypatch: pytest.MonkeyPatch, move: str, at: int
+) -> None:
+    """Node 2's group g (partition 0) committed offsets of topics x and y; node 1 deletes x
+    and creates four topics in the same millisecond (5 records: applied in parts of three).
+    At loop step ``at`` of that application node 2 takes partition 0 (it had handed it over:
+    "taken"), or loses it and takes it again ("lost and taken again"). Every loop step, the
+    partition's groups see the topics before the append or after it, never part of it; once
+    applied, they see it all; g keeps y's offsets, and g's offsets and the cluster log's state
+    on node 2 equal a fresh node's load. Taken before the append was shown whole, the
+    partition loses x's offsets there; taken after, it keeps them (as Kafka's
+    onPartitionsDeleted reaches only the coordinators a broker serves when it applies the
+    deletion). With the partition's image taken from the registry as it is (not as held), a
+    partition taken between two parts saw part of the append (x gone, c and d not there)."""
+    monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
+    shared = MemoryRecordStore(partitions=1)
+
+    def open_store() -> Any:
+        return MemoryRecordStore(_data=shared._data)
+
+    async with node(open_store, 1) as writer, node(open_store, 2) as server:
+        server.rt.ids._n = 100  # type: ignore[attr-defined]  # its topic ids apart
+        shared.set_leader(0, 2, 1)
+        await server.parts.load_partition(0, 1)
+        await writer.rt.create_topics([NewTopic(name=n, num_partitions=1) for n in "xy"])
+        await server.follow(writer)
+        await server.rt.offset_commit(commit(G, {("x", 0): 42, ("y", 0): 7}))
+        await server.rt.engine.flush()
+        before = groups_topics(server)
+        if move == "taken":
+            await server.parts.unload_partition(0)
+        await writer.ok(await writer.service.delete_topics(TopicChanges(entries=["x"]), ADMIN))
+        created = [NewTopic(name=n, num_partitions=1) for n in "abcd"]
+        await writer.ok(await writer.service.create_topics(TopicChanges(entries=created), ADMIN))
+        parts: dict[str, bool] = {}  # the append being applied ("now"), begun, shown
+        apply_in_parts = partitions_module.Partitions._apply_in_parts
+
+        async def watched(self: Any, *args: Any) -> None:
+            parts["now"] = parts["was"] = True
+            try:
+                await apply_in_parts(self, *args)
+            finally:
+                parts["now"] = False
+
+        monkeypatch.setattr(partitions_module.Partitions, "_apply_in_parts", watched)
+        applied = partitions_module.Partitions._applied
+
+        def shown(self: Any, *args: Any) -> None:
+            parts["shown"] = True
+            applied(self, *args)
+
+        monkeypatch.setattr(partitions_module.Partitions, "_applied", shown)
+        server.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
+        catching_up = asyncio.ensure_future(server.parts.caught_up())
+        seen, steps, taken, taken_before = {before}, 0, False, False
+        while not catching_up.done() or not taken:
+            if server.rt.driver.lead.states[0] is PartitionState.SERVING:
+                seen.add(groups_topics(server))
+            if not taken and parts.get("was") and (steps >= at or catching_up.done()):
+                if move != "taken":
+                    server.parts.lose_partition(0)
+                take_now(server, shared, 2)
+                taken, taken_before = True, not parts.get("shown")
+            steps += parts.get("now", False)
+            await asyncio.sleep(0)
+        after = groups_topics(server)
+        assert after == ("a", "b", "c", "d", "y")
+        assert seen <= {before, after}
+        await server.rt.engine.flush()
+        offsets = await fetched(server)
+        assert offsets.get(("y", 0)) == 7
+        if taken_before:  # served here when the append was shown whole: x's offsets removed
+            assert offsets == {("y", 0): 7}
+        async with node(open_store, 3) as fresh:
+            assert await server.state() == await fresh.state()
+            shared.set_leader(0, 3, 3)
+            await fresh.parts.load_partition(0, 3)
+            assert await fetched(fresh) == offsets
