@@ -573,14 +573,58 @@ class Partitions:
             if served
             else ()
         )
-        if gone:
-            for i in served:
-                try:
-                    driver.execute(i, lambda s: s.on_topics_deleted(gone))
-                except CoordinatorError as exc:
-                    log.warning(
-                        "Offsets of deleted topics not removed from partition %d: %s", i, exc
-                    )
+        for i in served if gone else ():
+            self._remove_offsets(i, gone)
+
+    def _remove_offsets(self, partition: int, names: Sequence[str], attempt: int = 1) -> None:
+        """The offsets of the topics ``names`` (deleted) removed from ``partition`` (served
+        here), in a write of their own. Should that write fail — the store refused it, or a
+        write before it failed: later batches fail with it — they are removed again in the
+        next loop step while the partition is served at the same epoch, for the topics still
+        deleted (:data:`OFFSETS_REMOVAL_ATTEMPTS` in all): else they stayed until they expired,
+        and a topic created again by that name before then started at them."""
+        driver, lead = self.driver, self.lead
+        epoch = lead.epochs.get(partition)
+        try:
+            _response, batch = driver.execute(partition, lambda s: s.on_topics_deleted(names))
+        except CoordinatorError as exc:
+            log.warning(
+                "Offsets of deleted topics not removed from partition %d: %s", partition, exc
+            )
+            return
+        if batch is None or attempt >= OFFSETS_REMOVAL_ATTEMPTS:
+            return
+        loop = asyncio.get_running_loop()
+
+        def again(error: BaseException | None) -> None:
+            if error is None:
+                return
+            log.warning(
+                "Offsets of deleted topics not removed from partition %d (attempt %d): %s",
+                partition,
+                attempt,
+                error,
+            )
+            loop.call_soon(self._remove_again, partition, names, epoch, attempt + 1)
+
+        batch.then.append(again)
+
+    def _remove_again(
+        self, partition: int, names: Sequence[str], epoch: int | None, attempt: int
+    ) -> None:
+        """:meth:`_remove_offsets` once more, unless the partition moved (or was taken again)
+        or the runtime stopped meanwhile; only for the topics still deleted (one created again
+        since may have offsets of its own by now)."""
+        lead, present = self.lead, self.driver.registry.topics
+        if (
+            not self.driver.active
+            or lead.epochs.get(partition) != epoch
+            or lead.states[partition] is not PartitionState.SERVING
+        ):
+            return
+        still = [name for name in names if name not in present]
+        if still:
+            self._remove_offsets(partition, still, attempt)
 
 
 def _drop(shard: Any, partition: int) -> None:
@@ -598,6 +642,10 @@ def _drop_later(loop: asyncio.AbstractEventLoop, shard: Any, partition: int, _do
     except RuntimeError:
         pass  # the loop is closed: the process is stopping
 
+
+OFFSETS_REMOVAL_ATTEMPTS = 5
+"""How many times the offsets of topics others deleted are removed from a partition served
+here when their write fails (:meth:`Partitions._remove_offsets`)."""
 
 MIGRATION_ATTEMPTS = 5
 """How many times a partition's group configs of an earlier version are offered to the cluster
