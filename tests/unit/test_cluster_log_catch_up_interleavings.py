@@ -82,8 +82,9 @@ def own_writes(n: Node) -> dict[str, Callable[[], Any]]:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("how", ["append", "reload"])
 async def test_own_writes_and_a_next_append_during_an_append_in_parts_land_after_it(
-    open_store: Callable[[], Any], monkeypatch: pytest.MonkeyPatch, seed: int
+    open_store: Callable[[], Any], monkeypatch: pytest.MonkeyPatch, how: str, seed: int
 ) -> None:
     """The writer appends seven records of every kind (topics p and q, two ACLs, two group
     configs, a transactional id), applied by the follower in parts of three; at loop steps
@@ -95,6 +96,8 @@ async def test_own_writes_and_a_next_append_during_an_append_in_parts_land_after
     it or after it; each write is answered once, decided on the state with the append (q:
     TOPIC_ALREADY_EXISTS; u0's ACL deleted is the one the append brought: the deletion lists
     it), and lands after it (its value survives); then both nodes equal a fresh node's load.
+    "reload": the follower was cut off past the journal's retention, and the seven records
+    are the changes its reload of the compacted view applies in parts.
     Run between two parts (the registry held neither by ``Partitions.applied`` nor by
     ``Leadership.cluster_held``), a write decides on a state the log never had: q created
     again, a later part's g2 config replayed over the write's."""
@@ -114,6 +117,8 @@ async def test_own_writes_and_a_next_append_during_an_append_in_parts_land_after
         mixed_reads(behind)  # the authorizer decides from the start
         before = mixed_reads(behind)
         await writer.rt._submit(REGISTRY, write)
+        if how == "reload":  # cut off past the journal's retention: the view's changes
+            writer.store.expire_journal(2**62)
         after = mixed_reads(writer)
         writes = own_writes(behind)
         # The memory store refuses no append of a node behind the cluster log (it has no
