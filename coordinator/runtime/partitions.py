@@ -132,9 +132,16 @@ class Partitions:
         """The pending batch and the partitions dropped while it held their records."""
 
     async def close(self) -> None:
-        if self._catching_up is not None:
-            self._catching_up.cancel()
-            await asyncio.gather(self._catching_up, return_exceptions=True)
+        """Stop following the cluster log. An application in steps under way ends first, at
+        an append's end (once the runtime stops, at the end of the step it is in; an append
+        in parts whole): cancelled between two parts, the copies staged would be shown with
+        part of an append (what the committed copy answers after the close: the authorizer,
+        SASL/SCRAM), or whole without its end (the groups' topics as before it)."""
+        task = self._catching_up
+        if task is not None:
+            await self.applied()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         self._loader.shutdown(wait=False)
 
     # ------------------------------------------------------------------ start
