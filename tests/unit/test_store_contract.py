@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from coordinator.routing import partition_for
 from coordinator.runtime.store import (
     CLUSTER_LOG,
+    Fence,
     JournalEntry,
     MemoryRecordStore,
     PostgresRecordStore,
@@ -30,6 +31,7 @@ from coordinator.runtime.store import (
     SqliteRecordStore,
     StoredRecord,
     StoreError,
+    StoreFencedError,
     StoreWriteError,
     log_of,
 )
@@ -64,6 +66,10 @@ class MemoryImpl:
 
     def reopen(self, store: Any, **kw: Any) -> MemoryRecordStore:
         return store.reopen()  # the same data: its partition count, whatever kw says
+
+    def another(self, store: Any) -> MemoryRecordStore:
+        """Another node's handle on the same store (``store`` stays open)."""
+        return MemoryRecordStore(journal_retention_ms=store.journal_retention_ms, _data=store._data)
 
     def failing_batch(self, store: Any, records: list[StoredRecord]) -> list[StoredRecord]:
         store.fail_next_appends(1, OSError("disk on fire"))
@@ -125,6 +131,10 @@ class PostgresImpl:
         store.close()
         return PostgresRecordStore(self.dsn, **{**self.kw, **kw})
 
+    def another(self, store: Any) -> PostgresRecordStore:
+        """Another node's handle on the same store (``store`` stays open)."""
+        return PostgresRecordStore(self.dsn, **self.kw)
+
     def failing_batch(self, store: Any, records: list[StoredRecord]) -> list[StoredRecord]:
         """A real failure in the middle of the transaction: a trigger aborts on the BOOM key
         after the first records of the batch were inserted."""
@@ -151,6 +161,17 @@ def impl(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "postgresql":
         return PostgresImpl(request.getfixturevalue("pg_dsn"))
     return MemoryImpl() if request.param == "memory" else SqliteImpl(tmp_path / "data")
+
+
+SHARED_IMPLS = ["memory", "postgresql"]
+"""The stores several nodes share (SQLite has one writer: it refuses every fenced append)."""
+
+
+@pytest.fixture(params=SHARED_IMPLS)
+def shared_impl(request: pytest.FixtureRequest) -> Any:
+    if request.param == "postgresql":
+        return PostgresImpl(request.getfixturevalue("pg_dsn"))
+    return MemoryImpl()
 
 
 @pytest.fixture
@@ -567,6 +588,57 @@ def test_retention_cuts_each_log_on_its_own(store: Any) -> None:
     assert journal(store, 0) == []
     assert store.append([put(b"e", b"1", "h")], 400) == {0: 2}  # offsets go on
     assert [rec.key for _, rec in loaded(store, 0)] == [b"b", b"c", b"e"]
+
+
+# -- the cluster log shared by several nodes ---------------------------------------------------
+
+
+def test_a_fenced_append_to_the_cluster_log_lands_only_at_the_logs_end(shared_impl: Any) -> None:
+    """The cluster log has no leader: a fenced append to it is accepted only at the log's end
+    as this handle last wrote or adopted it. A node behind (or ahead) is refused with
+    StoreFencedError naming the cluster log, nothing of the batch written, until it adopts the
+    log's end; a refused append moves nothing."""
+    a = shared_impl.open()
+    b = shared_impl.another(a)
+    try:
+
+        def c(key: bytes) -> StoredRecord:
+            return put(key, b"v", group_id=None)
+
+        assert a.append([c(b"a0")], 1, fence=Fence(1, {})) == {CLUSTER_LOG: 0}
+        for _ in range(2):  # refused again while it has not caught up
+            with pytest.raises(StoreFencedError) as info:
+                b.append([c(b"b0"), c(b"b1")], 2, fence=Fence(2, {}))
+            assert info.value.partitions == frozenset({CLUSTER_LOG})
+        assert [e.key for e in journal(b, CLUSTER_LOG)] == [b"a0"]
+
+        assert b.adopt(CLUSTER_LOG, 1) == 1  # caught up with the log's end
+        assert b.append([c(b"b0"), c(b"b1")], 3, fence=Fence(2, {})) == {CLUSTER_LOG: 2}
+        with pytest.raises(StoreFencedError) as info:  # now a is behind
+            a.append([c(b"a1")], 4, fence=Fence(1, {}))
+        assert info.value.partitions == frozenset({CLUSTER_LOG})
+        assert a.adopt(CLUSTER_LOG) == 3  # None: the log's end as the store says now
+        assert a.append([c(b"a1")], 5, fence=Fence(1, {})) == {CLUSTER_LOG: 3}
+
+        assert b.adopt(CLUSTER_LOG, 9) == 9  # a claim past the end is refused as well
+        with pytest.raises(StoreFencedError) as info:
+            b.append([c(b"b2")], 6, fence=Fence(2, {}))
+        assert info.value.partitions == frozenset({CLUSTER_LOG})
+        assert [(e.offset, e.key) for e in journal(b, CLUSTER_LOG)] == [
+            (0, b"a0"),
+            (1, b"b0"),
+            (2, b"b1"),
+            (3, b"a1"),
+        ]
+        assert [(o, r.key) for o, r in loaded(b, CLUSTER_LOG)] == [
+            (0, b"a0"),
+            (1, b"b0"),
+            (2, b"b1"),
+            (3, b"a1"),
+        ]
+    finally:
+        b.close()
+        a.close()
 
 
 # -- a model check ----------------------------------------------------------------------------

@@ -212,8 +212,10 @@ class RecordStore(Protocol):
         """Atomically and durably append one batch (all or nothing, across every log it
         touches). Each record goes to its log (:func:`log_of`), in batch order. With ``fence``
         (stores shared by several nodes) the batch is written only if the writer still holds
-        every partition it touches at the given epoch (:class:`StoreFencedError` otherwise);
-        each journal entry records the epoch it was written under.
+        every partition it touches at the given epoch (:class:`StoreFencedError` otherwise),
+        and its cluster-log records only at the log's end as this writer last wrote it or
+        ``adopt``-ed it (:class:`StoreFencedError` naming :data:`CLUSTER_LOG` otherwise: the
+        writer is behind); each journal entry records the epoch it was written under.
 
         Returns, for each log written, the offset of its last record. An empty batch writes
         nothing and returns ``{}``. Raises :class:`StoreWriteError` on any failure; nothing of

@@ -6,6 +6,13 @@ For tests of the runtime: :meth:`MemoryRecordStore.reopen` simulates a restart (
 the same "durable" data), :meth:`~MemoryRecordStore.fail_next_appends` injects write failures and
 :meth:`~MemoryRecordStore.hold_appends` blocks the writer so a test can observe what happens
 while a batch is in flight. ``batch_sizes`` records every successful append (group commit).
+
+Several handles on the same data (``MemoryRecordStore(_data=other._data)``: the nodes of an HA
+test) share it as nodes share a PostgreSQL store, the cluster log included: each handle knows
+the cluster log's end as it last wrote it or :meth:`~MemoryRecordStore.adopt`-ed it, and a
+fenced append to the cluster log is refused (:class:`StoreFencedError` naming
+:data:`CLUSTER_LOG`, nothing written) unless it lands at the log's end, exactly as the
+PostgreSQL store's ``kip848_cluster_at`` refuses a node behind.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any, Self
 from coordinator.routing import DEFAULT_PARTITIONS
 
 from .api import (
+    CLUSTER_LOG,
     Fence,
     GroupRecords,
     JournalEntry,
@@ -83,6 +91,9 @@ class MemoryRecordStore:
         self._released = threading.Event()
         self._released.set()
         self.batch_sizes: list[int] = []
+        # The cluster log's next offset as this handle last wrote or adopted it (a PostgreSQL
+        # writer's cached next offset): a fenced append to it lands only there.
+        self._cluster_next = self._data.logs[CLUSTER_LOG].next_offset
 
     @property
     def partitions(self) -> int:
@@ -186,6 +197,8 @@ class MemoryRecordStore:
                 ) from exc
             self.batch_sizes.append(len(records))
             last = self._apply(by_log, timestamp_ms, epochs)
+            if CLUSTER_LOG in last:
+                self._cluster_next = last[CLUSTER_LOG] + 1
         retention = self.journal_retention_ms
         if retention is not None and timestamp_ms >= self._retention_due_ms:
             # Like the SQLite store: after the batch is durable, never an error of the append.
@@ -207,7 +220,27 @@ class MemoryRecordStore:
                 "it gave; nothing written",
                 lost,
             )
+        end = self._data.logs[CLUSTER_LOG].next_offset
+        if CLUSTER_LOG in by_log and end != self._cluster_next:
+            raise StoreFencedError(
+                f"the cluster log ends at offset {end - 1}, not {self._cluster_next - 1}: node "
+                f"{fence.node_id} is behind; nothing written",
+                frozenset({CLUSTER_LOG}),
+            )
         return {log: fence.epochs[log] for log in by_log if log >= 0}
+
+    def adopt(self, log: int, next_offset: int | None = None) -> int:
+        """As the PostgreSQL store's: this handle now appends to ``log`` after others did; its
+        next offset is ``next_offset``, or, when None, the log's end now. Returns it. Only the
+        cluster log's is kept (a fenced append to it lands only there); the partitions' logs
+        are written at their end, their leases fencing the appends."""
+        with self._lock:
+            state = self._log(log)
+            if next_offset is None:
+                next_offset = state.next_offset
+            if log == CLUSTER_LOG:
+                self._cluster_next = next_offset
+            return next_offset
 
     def _apply(
         self, by_log: dict[int, list[StoredRecord]], timestamp_ms: int, epochs: dict[int, int]
