@@ -496,8 +496,12 @@ def main(argv: list[str] | None = None) -> int:
                 "without `--otlp-sample-ratio` or `--otlp-max-traces-per-second`: parent-based "
                 "1%, at most 10 root traces a second (a caller's sampled `traceparent` always "
                 "followed); the 1% row without that limit shows what the ratio alone costs. "
-                "Each traced request costs about as much CPU again as the request (the "
-                "OpenTelemetry Python SDK): the 100% row.\n\n" + e2e_text + "\n\n" + verdict
+                "When every request is traced, each costs about as much CPU again as the "
+                "request (the OpenTelemetry Python SDK): the 100% row; a trace among thousands "
+                "of untraced requests costs several times more (its code has gone cold).\n\n"
+                + e2e_text
+                + "\n\n"
+                + verdict
                 if e2e_text
                 else ""
             )
