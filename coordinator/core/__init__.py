@@ -24,5 +24,5 @@ Reading order: ``model`` (values) → ``records`` / ``codec`` → ``group`` (sta
 ``reconciliation`` (member state machine) → ``target_assignment`` → ``context`` and
 ``components`` (the seams) → ``consumer_groups``, ``offsets``, ``group_configs`` (the components)
 → ``shard`` (composition and routing) → ``topics`` (topic registry) → ``events``, ``timers``,
-``timeline``, ``config``, ``errors``.
+``timeline``, ``staging``, ``config``, ``errors``.
 """

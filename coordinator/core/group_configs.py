@@ -30,6 +30,7 @@ from .config import GROUP_CONFIGS, ConfigError, GroupCoordinatorConfig, check_gr
 from .context import ShardContext
 from .errors import CoordinatorError, InvalidConfigError, InvalidRequestError
 from .events import Event, LogEvent
+from .staging import Staging
 from .timeline import TDict, UndoLog
 
 SESSION_TIMEOUT_CONFIG = "consumer.session.timeout.ms"
@@ -100,27 +101,20 @@ class ClusterGroupConfigs(ByGroupId[dict[str, str]]):
     def __init__(self, undo: UndoLog, config: GroupCoordinatorConfig) -> None:
         self.config = config
         self._by_group = undo.new_dict()  # group id -> {name: value}
-        self._staging: TDict | None = None
-        """Where replayed records go while staged (:meth:`stage`)."""
+        self._staging: Staging[TDict] = Staging(undo.new_dict)
 
     def stage(self) -> None:
-        """From now on until :meth:`unstage`, replayed records go to a copy of the overrides
-        (copied C-level, on the same undo log): every read — a shard's heartbeat, a
-        DescribeConfigs — sees them as they were, then all at once (an append of the cluster
-        log applied in parts is seen whole or not at all: ``Partitions._apply_in_parts``).
-        Only while nothing rolls this state back across the stage (the committed copy never
-        rolls back; the registry's commands are held meanwhile, none of its writes in flight)."""
-        if self._staging is None:
-            self._staging = self._by_group._log.new_dict(self._by_group)
+        """Until :meth:`unstage`, replayed records go to a copy of the overrides (copied
+        C-level, on the same undo log: ``staging.py``); every read — a shard's heartbeat, a
+        DescribeConfigs — sees them as they were. Only while nothing rolls this state back
+        across the stage (the committed copy never rolls back; the registry's commands are
+        held meanwhile, none of its writes in flight)."""
+        self._staging.stage(self._by_group)
 
-    def unstage(self) -> list[object]:
-        """What was replayed since :meth:`stage` becomes what every read sees, at once.
-        Returns what it replaced (for the caller to drop when it will)."""
-        staged, self._staging = self._staging, None
-        if staged is None:
-            return []
-        replaced: list[object] = [self._by_group]
-        self._by_group = staged
+    def unstage(self) -> list[TDict]:
+        """The overrides replayed since :meth:`stage` are what every read sees, at once;
+        returns the map they replace, for the caller to drop."""
+        self._by_group, replaced = self._staging.unstage(self._by_group)
         return replaced
 
     def overrides(self, group_id: str) -> Mapping[str, str] | None:
@@ -196,7 +190,7 @@ class ClusterGroupConfigs(ByGroupId[dict[str, str]]):
         key, value = r.typed(record, r.ConfigKey, r.ConfigValue)
         if key.resource_type != r.CONFIG_RESOURCE_GROUP:
             return  # no other resource's configs are kept here
-        by_group = self._by_group if self._staging is None else self._staging
+        by_group = self._staging.target(self._by_group)
         _put(by_group, key.resource_name, key.name, None if value is None else value.value)
 
     def snapshot(self) -> dict[str, object]:

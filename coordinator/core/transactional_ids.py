@@ -35,6 +35,7 @@ from . import records as r
 from .commands import Result
 from .config import GroupCoordinatorConfig
 from .errors import InvalidRequestError
+from .staging import Staging
 from .timeline import TDict, UndoLog
 
 
@@ -44,26 +45,18 @@ class ClusterTransactionalIds:
     def __init__(self, undo: UndoLog, config: GroupCoordinatorConfig | None = None) -> None:
         self._config = config or GroupCoordinatorConfig()
         self._ids = undo.new_dict()  # transactional id -> TransactionalIdGroupValue
-        self._staging: TDict | None = None
-        """Where replayed records go while staged (:meth:`stage`)."""
+        self._staging: Staging[TDict] = Staging(undo.new_dict)
 
     def stage(self) -> None:
-        """From now on until :meth:`unstage`, replayed records go to a copy of the mappings
-        (copied C-level, on the same undo log): every read sees them as they were, then all
-        at once (an append of the cluster log applied in parts is seen whole or not at all:
-        ``Partitions._apply_in_parts``). Only while nothing rolls this state back across the
-        stage (the committed copy, which never rolls back)."""
-        if self._staging is None:
-            self._staging = self._ids._log.new_dict(self._ids)
+        """Until :meth:`unstage`, replayed records go to a copy of the mappings (``staging.py``):
+        every read — the transactions' routing — sees them as they were. Only on the
+        committed copy, which never rolls back."""
+        self._staging.stage(self._ids)
 
-    def unstage(self) -> list[object]:
-        """What was replayed since :meth:`stage` becomes what every read sees, at once.
-        Returns what it replaced (for the caller to drop when it will)."""
-        staged, self._staging = self._staging, None
-        if staged is None:
-            return []
-        replaced: list[object] = [self._ids]
-        self._ids = staged
+    def unstage(self) -> list[TDict]:
+        """The mappings replayed since :meth:`stage` are what every read sees, at once;
+        returns the map they replace, for the caller to drop."""
+        self._ids, replaced = self._staging.unstage(self._ids)
         return replaced
 
     def group_of(self, transactional_id: str) -> str | None:
@@ -138,7 +131,7 @@ class ClusterTransactionalIds:
 
     def _replay(self, record: r.Record) -> None:
         key, value = r.typed(record, r.TransactionalIdGroupKey, r.TransactionalIdGroupValue)
-        ids = self._ids if self._staging is None else self._staging
+        ids = self._staging.target(self._ids)
         if value is None:
             ids.discard(key.transactional_id)
         else:

@@ -33,7 +33,8 @@ from coordinator.core.errors import (
     UnacceptableCredentialError,
     UnsupportedSaslMechanismError,
 )
-from coordinator.core.timeline import UndoLog
+from coordinator.core.staging import Staging
+from coordinator.core.timeline import TDict, UndoLog
 
 from .acl_index import AclIndex, AclIndexer
 from .acls import AclBinding, AclBindingFilter
@@ -101,20 +102,43 @@ class AclDeletion:
     error_message: str | None = None
 
 
+@dataclass(slots=True, kw_only=True)
+class _Tables:
+    """What the records change, staged as one (:meth:`SecurityMetadata.stage`)."""
+
+    acls: TDict  # AccessControlEntryKey -> AclBinding
+    credentials: TDict  # (user, ScramMechanism) -> ScramCredential
+    meta: TDict  # _GENERATION -> int
+    indexer: AclIndexer | None = None
+    """The ACLs' index (:meth:`SecurityMetadata.acl_index`; None until first asked for). Not
+    undone: a rollback leaves it at a generation the ACLs no longer have, and it is built again."""
+
+    def copy(self, undo: UndoLog) -> _Tables:
+        """The maps copied (C-level, on the same undo log), the ACLs' index forked."""
+        new_dict = undo.new_dict
+        return _Tables(
+            acls=new_dict(self.acls),
+            credentials=new_dict(self.credentials),
+            meta=new_dict(self.meta),
+            indexer=None if self.indexer is None else self.indexer.fork(),
+        )
+
+    def pieces(self) -> list[object]:
+        """What to drop one at a time (the maps of 100,000 ACLs freed in one go are a
+        millisecond or more of the loop)."""
+        return [self.acls, self.credentials, self.meta, self.indexer]
+
+
 class SecurityMetadata:
     """ACLs and SCRAM credentials (see the module doc)."""
 
     def __init__(self, undo: UndoLog) -> None:
         self.undo = undo
-        self._acls = undo.new_dict()  # AccessControlEntryKey -> AclBinding
-        self._credentials = undo.new_dict()  # (user, ScramMechanism) -> ScramCredential
-        self._meta = undo.new_dict()  # _GENERATION -> int
+        self._tables = _Tables(
+            acls=undo.new_dict(), credentials=undo.new_dict(), meta=undo.new_dict()
+        )
         self._generations = itertools.count(1)  # never rolled back: numbers are not reused
-        # The ACLs' index (:meth:`acl_index`; None until first asked for). Not undone: a
-        # rollback leaves it at a generation the ACLs no longer have, and it is built again.
-        self._indexer: AclIndexer | None = None
-        self._staging: SecurityMetadata | None = None
-        """Where replayed records go while staged (:meth:`stage`)."""
+        self._staging: Staging[_Tables] = Staging(lambda tables: tables.copy(undo))
 
     # ------------------------------------------------------------ records
 
@@ -125,42 +149,39 @@ class SecurityMetadata:
         }
 
     def _replay_acl(self, record: r.Record) -> None:
-        if self._staging is not None:
-            self._staging._replay_acl(record)
-            return
+        tables = self._staging.target(self._tables)
+        acls, meta = tables.acls, tables.meta
         key, value = r.typed(record, r.AccessControlEntryKey, r.AccessControlEntryValue)
         change: tuple[AclBinding, bool] | None = None  # added (True) or removed (False)
         if value is None:
-            old = self._acls.get(key)
+            old = acls.get(key)
             if old is not None:
-                self._acls.discard(key)
+                acls.discard(key)
                 change = (old, False)
-        elif key not in self._acls:
+        elif key not in acls:
             binding = AclBinding.of_key(key)
-            self._acls[key] = binding
+            acls[key] = binding
             change = (binding, True)
-        previous = self.acl_generation
+        previous: int = meta.get(_GENERATION, 0)
         generation = next(self._generations)
-        self._meta[_GENERATION] = generation
-        indexer = self._indexer
+        meta[_GENERATION] = generation
+        indexer = tables.indexer
         if indexer is not None:
             if indexer.generation != previous:  # rolled back under it: built again if asked
-                self._indexer = None
+                tables.indexer = None
             elif change is not None:
                 indexer.change(*change, generation)
             else:
                 indexer.generation = generation
 
     def _replay_credential(self, record: r.Record) -> None:
-        if self._staging is not None:
-            self._staging._replay_credential(record)
-            return
+        credentials = self._staging.target(self._tables).credentials
         key, value = r.typed(record, r.UserScramCredentialKey, r.UserScramCredentialValue)
         slot = (key.name, ScramMechanism(key.mechanism))
         if value is None:
-            self._credentials.discard(slot)
+            credentials.discard(slot)
         else:
-            self._credentials[slot] = ScramCredential(
+            credentials[slot] = ScramCredential(
                 salt=value.salt,
                 stored_key=value.stored_key,
                 server_key=value.server_key,
@@ -169,38 +190,24 @@ class SecurityMetadata:
 
     def stage(self) -> None:
         """From now on until :meth:`unstage`, replayed records go to a copy of the ACLs and
-        credentials (their maps copied, C-level; the ACLs' index forked): every read sees them
-        as they were (an append applied in parts is seen whole or not at all:
-        ``Partitions._apply_in_parts``). Only on a copy that is never rolled back (the
+        credentials (their maps copied, C-level; the ACLs' index forked: ``staging.py``):
+        every read sees them as they were. Only on a copy that is never rolled back (the
         committed one: its undo log is off)."""
         if self.undo.enabled:
             raise RuntimeError("staging needs a copy that is never rolled back")
-        if self._staging is not None:
-            return
-        new_dict = self.undo.new_dict
-        staged = SecurityMetadata.__new__(SecurityMetadata)
-        staged.undo, staged._generations, staged._staging = self.undo, self._generations, None
-        staged._acls, staged._credentials = new_dict(self._acls), new_dict(self._credentials)
-        staged._meta = new_dict(self._meta)
-        staged._indexer = None if self._indexer is None else self._indexer.fork()
-        self._staging = staged
+        self._staging.stage(self._tables)
 
     def unstage(self) -> list[object]:
         """What was replayed since :meth:`stage` becomes what every read sees, at once.
-        Returns what it replaced (for the caller to drop when it will: the maps of 100,000
-        ACLs freed in one go are a millisecond or more of the loop)."""
-        staged, self._staging = self._staging, None
-        if staged is None:
-            return []
-        replaced: list[object] = [self._acls, self._credentials, self._meta, self._indexer]
-        self._acls, self._credentials = staged._acls, staged._credentials
-        self._meta, self._indexer = staged._meta, staged._indexer
-        return replaced
+        Returns what it replaced, a map at a time (:meth:`_Tables.pieces`), for the caller
+        to drop when it will."""
+        self._tables, replaced = self._staging.unstage(self._tables)
+        return [piece for tables in replaced for piece in tables.pieces()]
 
     def snapshot(self) -> dict[str, object]:
         """Everything replay determines, canonical (tests compare it)."""
         return {
-            "acls": sorted(str(b) for b in self._acls.values()),
+            "acls": sorted(str(b) for b in self._tables.acls.values()),
             "credentials": sorted(
                 (
                     user,
@@ -210,13 +217,13 @@ class SecurityMetadata:
                     c.stored_key.hex(),
                     c.server_key.hex(),
                 )
-                for (user, mech), c in self._credentials.items()
+                for (user, mech), c in self._tables.credentials.items()
             ),
         }
 
     def records_of_state(self) -> list[r.Record]:
-        out = [r.acl_record(key, True) for key in sorted(self._acls, key=_acl_order)]
-        for (user, mech), c in sorted(self._credentials.items()):
+        out = [r.acl_record(key, True) for key in sorted(self._tables.acls, key=_acl_order)]
+        for (user, mech), c in sorted(self._tables.credentials.items()):
             out.append(
                 r.scram_credential_record(
                     user,
@@ -243,11 +250,11 @@ class SecurityMetadata:
     def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         """The stored credential of ``user`` for ``mechanism`` (None: none): what the SASL/SCRAM
         server checks a client's proof against."""
-        found: ScramCredential | None = self._credentials.get((user, mechanism))
+        found: ScramCredential | None = self._tables.credentials.get((user, mechanism))
         return found
 
     def users(self) -> list[str]:
-        return sorted({user for user, _mech in self._credentials})
+        return sorted({user for user, _mech in self._tables.credentials})
 
     def describe_scram_credentials(self, users: Sequence[str] | None) -> list[UserResult]:
         """DescribeUserScramCredentials: every user with credentials (``users`` None or
@@ -262,7 +269,7 @@ class SecurityMetadata:
                     f"Cannot describe SCRAM credentials for the same user twice in a single "
                     f"request: {user}"
                 )
-            elif not any(u == user for u, _m in self._credentials):
+            elif not any(u == user for u, _m in self._tables.credentials):
                 exc = ResourceNotFoundError(
                     f"Attempt to describe a user credential that does not exist: {user}"
                 )
@@ -277,7 +284,7 @@ class SecurityMetadata:
             user=user,
             credentials=tuple(
                 (mech, c.iterations)
-                for (u, mech), c in sorted(self._credentials.items())
+                for (u, mech), c in sorted(self._tables.credentials.items())
                 if u == user
             ),
         )
@@ -348,7 +355,7 @@ class SecurityMetadata:
         except ValueError:
             raise UnsupportedSaslMechanismError("Unknown SCRAM mechanism") from None
         if isinstance(item, ScramDeletion):
-            if (item.name, mechanism) not in self._credentials:
+            if (item.name, mechanism) not in self._tables.credentials:
                 raise ResourceNotFoundError(
                     "Attempt to delete a user credential that does not exist"
                 )
@@ -365,7 +372,7 @@ class SecurityMetadata:
     @property
     def acl_generation(self) -> int:
         """Changes with every ACL change (and its rollback); 0 before any ACL was replayed."""
-        generation: int = self._meta.get(_GENERATION, 0)
+        generation: int = self._tables.meta.get(_GENERATION, 0)
         return generation
 
     def acl_index(self) -> AclIndex:
@@ -373,21 +380,22 @@ class SecurityMetadata:
         built whole from every ACL at the first call (the loader thread's, after the load:
         ``loader.load_cluster``) and after a rollback changed the ACLs; else the one kept as
         the ACL records were replayed since the last call."""
-        indexer = self._indexer
+        tables = self._tables
+        indexer = tables.indexer
         generation = self.acl_generation
         if indexer is None or indexer.generation != generation:
-            indexer = self._indexer = AclIndexer(self._acls.values(), generation)
+            indexer = tables.indexer = AclIndexer(tables.acls.values(), generation)
         return indexer.publish()
 
     def acls(self) -> Iterator[AclBinding]:
-        return iter(self._acls.values())
+        return iter(self._tables.acls.values())
 
     def acl_count(self) -> int:
-        return len(self._acls)
+        return len(self._tables.acls)
 
     def describe_acls(self, flt: AclBindingFilter) -> list[AclBinding]:
         """DescribeAcls: the ACLs ``flt`` matches."""
-        return [b for b in self._acls.values() if flt.matches(b)]
+        return [b for b in self._tables.acls.values() if flt.matches(b)]
 
     def create_acls(self, creations: Sequence[AclCreation]) -> Result[list[AclCreation]]:
         """CreateAcls: each valid binding is created (an ACL that exists already is left as it
@@ -397,7 +405,7 @@ class SecurityMetadata:
             if c.binding is None:
                 continue
             key = c.binding.key()
-            if key not in self._acls:
+            if key not in self._tables.acls:
                 self._emit(result, r.acl_record(key, True))
         return result
 
@@ -407,9 +415,9 @@ class SecurityMetadata:
         result: Result[list[AclDeletion]] = Result(response=[])
         for flt in filters:
             matched = sorted(
-                (key for key, b in self._acls.items() if flt.matches(b)), key=_acl_order
+                (key for key, b in self._tables.acls.items() if flt.matches(b)), key=_acl_order
             )
-            deleted = tuple(self._acls[key] for key in matched)
+            deleted = tuple(self._tables.acls[key] for key in matched)
             for key in matched:
                 self._emit(result, r.acl_record(key, False))
             assert result.response is not None
