@@ -15,41 +15,24 @@ from typing import Any
 
 import pytest
 import test_cluster_log_reload
+from cluster_log_steps import alter_session_timeout, append_records, start_catch_up, watch_parts
 from test_cluster_log_catch_up_steps import mixed_append, mixed_reads
 from test_cluster_log_reload import SESSION_TIMEOUT, Node, acl, node, upsert
 from test_server_authorization import ADMIN
 
 from coordinator.core import records as r
-from coordinator.core.commands import Result
 from coordinator.core.errors import ErrorCode
 from coordinator.core.topics import NewTopic
-from coordinator.routing import CLUSTER_LOG
-from coordinator.runtime import REGISTRY
 from coordinator.runtime import partitions as partitions_module
 from coordinator.security.scram import ScramMechanism
 from coordinator.server.api import (
-    AlterConfig,
-    AlterResource,
     AlterScramCredentials,
-    IncrementalAlterConfigs,
     TopicChanges,
 )
 
 STEP = 3
 SEEDS = range(6)
 open_store = test_cluster_log_reload.open_store  # the fixture: memory and PostgreSQL
-
-
-def alter(group: str, value: str) -> IncrementalAlterConfigs:
-    return IncrementalAlterConfigs(
-        resources=(
-            AlterResource(
-                resource_type=32,
-                resource_name=group,
-                configs=(AlterConfig(name=SESSION_TIMEOUT, operation=0, value=value),),
-            ),
-        )
-    )
 
 
 def own_writes(n: Node) -> dict[str, Callable[[], Any]]:
@@ -73,9 +56,11 @@ def own_writes(n: Node) -> dict[str, Callable[[], Any]]:
             AlterScramCredentials(upsertions=(upsert("u0", ScramMechanism.SCRAM_SHA_256, "pw"),)),
             ADMIN,
         ),
-        "group config": lambda: s.incremental_alter_configs(alter("g1", "60000"), ADMIN),
+        "group config": lambda: s.incremental_alter_configs(
+            alter_session_timeout("g1", "60000"), ADMIN
+        ),
         "group config of the last part": lambda: s.incremental_alter_configs(
-            alter("g2", "60000"), ADMIN
+            alter_session_timeout("g2", "60000"), ADMIN
         ),
         "transactional id": lambda: n.rt.map_transactional_id("tx", "g2"),
     }
@@ -107,16 +92,9 @@ async def test_own_writes_and_a_next_append_during_an_append_in_parts_land_after
         behind.rt.ids._n = 100  # type: ignore[attr-defined]  # its topic ids apart
         await writer.rt.create_topics([NewTopic(name="t", num_partitions=1)])
         await behind.follow(writer)
-        records = mixed_append()
-
-        def write(registry: Any) -> Result[None]:
-            for record in records:
-                registry.replay(record)
-            return Result(records=list(records))
-
         mixed_reads(behind)  # the authorizer decides from the start
         before = mixed_reads(behind)
-        await writer.rt._submit(REGISTRY, write)
+        await append_records(writer, mixed_append())
         if how == "reload":  # cut off past the journal's retention: the view's changes
             writer.store.expire_journal(2**62)
         after = mixed_reads(writer)
@@ -130,19 +108,8 @@ async def test_own_writes_and_a_next_append_during_an_append_in_parts_land_after
         when = {name: rng.randrange(14) for name in [*writes, *["next append"] * concurrent]}
         sent: dict[str, asyncio.Future[Any]] = {}
         seen, steps_in_parts, mid = {before}, 0, []
-        parts: dict[str, bool] = {}  # "now": the append is being applied; "was": it began
-        apply_in_parts = partitions_module.Partitions._apply_in_parts
-
-        async def watched(self: Any, *args: Any) -> None:
-            parts["now"] = parts["was"] = True
-            try:
-                await apply_in_parts(self, *args)
-            finally:
-                parts["now"] = False
-
-        monkeypatch.setattr(partitions_module.Partitions, "_apply_in_parts", watched)
-        behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
-        catching_up = asyncio.ensure_future(behind.parts.caught_up())
+        parts = watch_parts(monkeypatch)  # "now": the append is being applied; "was": it began
+        catching_up = start_catch_up(behind, writer)
         while not catching_up.done() or len(sent) < len(when):
             if parts.get("now") or not parts.get("was"):
                 seen.add(mixed_reads(behind))
@@ -199,5 +166,5 @@ async def late(writer: Node, behind: Node) -> Any:
     """The writer's next append (topic late) while the follower applies the one before; the
     follower's heartbeat learns the log's new end."""
     created = await writer.rt.create_topics([NewTopic(name="late", num_partitions=1)])
-    behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
+    start_catch_up(behind, writer)
     return created

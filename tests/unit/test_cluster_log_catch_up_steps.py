@@ -8,6 +8,7 @@ store the HA tests share and on PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -15,16 +16,15 @@ from typing import Any
 import pytest
 import test_cluster_log_reload
 from builders import LoopSteps
+from cluster_log_steps import append_records, count_replays, reads_while_catching_up
 from test_cluster_log_reload import SESSION_TIMEOUT, Node, acl, node, upsert
 from test_security_authorizer_index import whole_builds
 from test_server_authorization import ADMIN
 
 from coordinator.core import records as r
-from coordinator.core.commands import Result
 from coordinator.core.errors import ErrorCode
 from coordinator.core.topics import NewTopic
 from coordinator.routing import CLUSTER_LOG
-from coordinator.runtime import REGISTRY
 from coordinator.runtime import partitions as partitions_module
 from coordinator.security.acls import AclOperation, ResourceType
 from coordinator.security.principal import user
@@ -85,17 +85,10 @@ async def test_a_catch_up_applies_whole_appends_a_step_of_the_loop_at_a_time(
             replay(self, records)
 
         monkeypatch.setattr(partitions_module.Partitions, "_replay", watched)
-        seen = [seen_by_reads(behind)]
+        first = seen_by_reads(behind)
         with LoopSteps() as steps:
-            behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
-            catching_up = asyncio.ensure_future(behind.parts.caught_up())
-            while not catching_up.done():
-                state = seen_by_reads(behind)
-                if state != seen[-1]:
-                    seen.append(state)
-                await asyncio.sleep(0)
-        if seen_by_reads(behind) != seen[-1]:
-            seen.append(seen_by_reads(behind))
+            reads = await reads_while_catching_up(behind, writer, seen_by_reads)
+        seen = [state for state, _ in itertools.groupby([first, *reads, seen_by_reads(behind)])]
         assert [n for _step, n in applied] == [3, 3, 1, 3]
         assert len({step for step, _n in applied}) == 4  # each in a loop step of its own
         ends = [states[0], states[2], states[3], states[5]]
@@ -183,27 +176,6 @@ async def test_no_loop_step_applies_a_step_to_both_the_registry_and_its_committe
         assert await behind.state() == await writer.state()
 
 
-def count_replays(
-    monkeypatch: pytest.MonkeyPatch, n: Node, now: Callable[[], int]
-) -> dict[int, dict[str, int]]:
-    """Loop step (``now()``) -> copy ("registry", "committed") -> the records node ``n``
-    replayed into it in that step, counted from now on."""
-    replayed: dict[int, dict[str, int]] = {}
-
-    def counting(copy: str, replay: Callable[[Any], None]) -> Callable[[Any], None]:
-        def counted(record: Any) -> None:
-            per_step = replayed.setdefault(now(), {})
-            per_step[copy] = per_step.get(copy, 0) + 1
-            replay(record)
-
-        return counted
-
-    registry, committed = n.rt.registry, n.rt.committed.registry
-    monkeypatch.setattr(registry, "replay", counting("registry", registry.replay))
-    monkeypatch.setattr(committed, "replay", counting("committed", committed.replay))
-    return replayed
-
-
 def every_read(n: Node) -> tuple[Any, ...]:
     """Every read of topics on node ``n``: its committed copy's (ListTopics, its records),
     its registry's (a topic's name by id, whether a topic exists), its groups'."""
@@ -214,6 +186,17 @@ def every_read(n: Node) -> tuple[Any, ...]:
         tuple(name for name in "pqrstuv" if n.service.topic_exists(name)),
         tuple(sorted(t.name for t in rt.registry.list_topics())),
     )
+
+
+async def seven_created_or_five_deleted(writer: Node, change: str) -> None:
+    """One append of the writer: topics p to v created ("create"), or p to t deleted."""
+    if change == "create":
+        topics = [NewTopic(name=t, num_partitions=1) for t in "pqrstuv"]
+        await writer.ok(await writer.service.create_topics(TopicChanges(entries=topics), ADMIN))
+    else:
+        await writer.ok(
+            await writer.service.delete_topics(TopicChanges(entries=list("pqrst")), ADMIN)
+        )
 
 
 async def test_an_append_larger_than_a_step_is_applied_in_parts_and_read_whole(
@@ -239,23 +222,10 @@ async def test_an_append_larger_than_a_step_is_applied_in_parts_and_read_whole(
         monkeypatch.setattr(partitions_module, "_step_end", watched_step_end)
         for change in ("create", "delete"):
             before = every_read(behind)
-            if change == "create":
-                topics = [NewTopic(name=t, num_partitions=1) for t in "pqrstuv"]
-                await writer.ok(
-                    await writer.service.create_topics(TopicChanges(entries=topics), ADMIN)
-                )
-            else:
-                await writer.ok(
-                    await writer.service.delete_topics(TopicChanges(entries=list("pqrst")), ADMIN)
-                )
-            seen = {before}
+            await seven_created_or_five_deleted(writer, change)
             replayed.clear()
             with LoopSteps() as steps:
-                behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
-                catching_up = asyncio.ensure_future(behind.parts.caught_up())
-                while not catching_up.done():
-                    seen.add(every_read(behind))
-                    await asyncio.sleep(0)
+                seen = {before, *await reads_while_catching_up(behind, writer, every_read)}
             after = every_read(behind)
             assert seen | {after} == {before, after}
             assert (
@@ -320,14 +290,9 @@ async def test_an_append_of_acls_or_credentials_larger_than_a_step_is_applied_in
                     AlterScramCredentials(upsertions=upserts), ADMIN
                 )
             await writer.ok(answer)
-            seen = {before}
             replayed.clear()
             with LoopSteps() as steps:
-                behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
-                catching_up = asyncio.ensure_future(behind.parts.caught_up())
-                while not catching_up.done():
-                    seen.add(security_reads(behind))
-                    await asyncio.sleep(0)
+                seen = {before, *await reads_while_catching_up(behind, writer, security_reads)}
             after = security_reads(behind)
             assert after != before
             assert seen | {after} == {before, after}
@@ -392,24 +357,12 @@ async def test_an_append_of_every_record_type_larger_than_a_step_is_applied_in_p
     applied whole, in one loop step to both copies (14 records replayed at once)."""
     monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
     async with node(open_store, 1) as writer, node(open_store, 2) as behind:
-        records = mixed_append()
-
-        def write(registry: Any) -> Result[None]:
-            for record in records:
-                registry.replay(record)
-            return Result(records=list(records))
-
         mixed_reads(behind)  # the authorizer decides from the start
         replayed = count_replays(monkeypatch, behind, lambda: steps.now)
         before = mixed_reads(behind)
-        await writer.rt._submit(REGISTRY, write)
-        seen = {before}
+        await append_records(writer, mixed_append())
         with LoopSteps() as steps:
-            behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
-            catching_up = asyncio.ensure_future(behind.parts.caught_up())
-            while not catching_up.done():
-                seen.add(mixed_reads(behind))
-                await asyncio.sleep(0)
+            seen = {before, *await reads_while_catching_up(behind, writer, mixed_reads)}
         after = mixed_reads(behind)
         assert seen | {after} == {before, after}
         assert [sum(n.values()) for n in replayed.values()] == [3, 3, 3, 3, 1, 1]
@@ -461,15 +414,7 @@ async def test_the_step_that_shows_an_append_applied_in_parts_only_swaps_copies_
 
         monkeypatch.setattr(partitions_module, "_drop_replaced", watched_drop)
         for change in ("create", "delete"):
-            if change == "create":
-                topics = [NewTopic(name=t, num_partitions=1) for t in "pqrstuv"]
-                await writer.ok(
-                    await writer.service.create_topics(TopicChanges(entries=topics), ADMIN)
-                )
-            else:
-                await writer.ok(
-                    await writer.service.delete_topics(TopicChanges(entries=list("pqrst")), ADMIN)
-                )
+            await seven_created_or_five_deleted(writer, change)
             hashed.clear()
             shown.clear()
             left.clear()

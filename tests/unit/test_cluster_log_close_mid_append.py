@@ -13,13 +13,11 @@ from typing import Any
 
 import pytest
 import test_cluster_log_reload
+from cluster_log_steps import append_records, start_catch_up
 from test_cluster_log_catch_up_steps import mixed_append
 from test_cluster_log_reload import Node, node
 
-from coordinator.core.commands import Result
 from coordinator.core.topics import NewTopic
-from coordinator.routing import CLUSTER_LOG
-from coordinator.runtime import REGISTRY
 from coordinator.runtime import partitions as partitions_module
 
 STEP = 3
@@ -54,15 +52,8 @@ async def test_a_node_closed_while_it_applies_an_append_in_parts_shows_it_whole_
     async with node(open_store, 1) as writer, node(open_store, 2) as behind:
         await writer.rt.create_topics([NewTopic(name="t", num_partitions=1)])
         await behind.follow(writer)
-        records = mixed_append()
-
-        def write(registry: Any) -> Result[None]:
-            for record in records:
-                registry.replay(record)
-            return Result(records=list(records))
-
         before = committed_reads(behind)
-        await writer.rt._submit(REGISTRY, write)
+        await append_records(writer, mixed_append())
         after = committed_reads(writer)
         begun = asyncio.Event()
         apply_in_parts = partitions_module.Partitions._apply_in_parts
@@ -72,7 +63,7 @@ async def test_a_node_closed_while_it_applies_an_append_in_parts_shows_it_whole_
             await apply_in_parts(self, *args)
 
         monkeypatch.setattr(partitions_module.Partitions, "_apply_in_parts", watched)
-        behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
+        start_catch_up(behind, writer)
         await begun.wait()
         for _ in range(at):
             await asyncio.sleep(0)

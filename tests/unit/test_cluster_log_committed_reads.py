@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 from builders import make_runtime
+from cluster_log_steps import alter_session_timeout
 from test_cluster_log_write_timeout import (
-    SESSION_TIMEOUT,
     Admin,
     acl,
     codes,
@@ -37,10 +37,7 @@ from coordinator.security.principal import KafkaPrincipal
 from coordinator.security.scram import ScramMechanism
 from coordinator.server.api import (
     AclSpec,
-    AlterConfig,
-    AlterResource,
     AlterScramCredentials,
-    IncrementalAlterConfigs,
     TopicChanges,
 )
 from coordinator.server.service import CoordinatorService
@@ -72,18 +69,6 @@ async def at_once(read: Awaitable[Any]) -> Any:
 def deny_group(group: str) -> AclSpec:
     """User:alice may not READ group ``group``."""
     return replace(acl(group), resource_type=int(ResourceType.GROUP), permission_type=2)
-
-
-def alter_session_timeout(group: str, value: str) -> IncrementalAlterConfigs:
-    return IncrementalAlterConfigs(
-        resources=(
-            AlterResource(
-                resource_type=32,
-                resource_name=group,
-                configs=(AlterConfig(name=SESSION_TIMEOUT, operation=0, value=value),),
-            ),
-        )
-    )
 
 
 @dataclass(frozen=True)

@@ -8,24 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any
 
 import pytest
 from builders import commit
+from cluster_log_steps import (
+    G,
+    append_records,
+    fetched,
+    serve_group,
+    shared_memory,
+    start_catch_up,
+    watch_parts,
+)
 from test_cluster_log_catch_up_steps import mixed_append, mixed_reads
-from test_cluster_log_partition_moves import fetched
 from test_cluster_log_reload import node
 
 from coordinator.core import records as r
-from coordinator.core.commands import Result
 from coordinator.core.errors import CoordinatorError
-from coordinator.core.topics import NewTopic
-from coordinator.routing import CLUSTER_LOG
-from coordinator.runtime import REGISTRY
 from coordinator.runtime import partitions as partitions_module
-from coordinator.runtime.store import MemoryRecordStore
 
-G = "g"
 STEP = 3
 
 
@@ -46,42 +47,16 @@ async def test_a_write_failing_while_an_append_is_applied_in_parts_rolls_back_on
     (``Partitions._remove_offsets``). Before, x's offsets stayed (5 of the 6 seeds)."""
     monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
     rng = random.Random(seed)
-    shared = MemoryRecordStore(partitions=1)
-
-    def open_store() -> Any:
-        return MemoryRecordStore(_data=shared._data)
-
+    shared, open_store = shared_memory()
     async with node(open_store, 1) as writer, node(open_store, 2) as server:
-        shared.set_leader(0, 2, 1)
-        await server.parts.load_partition(0, 1)
-        await writer.rt.create_topics([NewTopic(name=n, num_partitions=1) for n in "txy"])
-        await server.follow(writer)
-        await server.rt.offset_commit(commit(G, {("x", 0): 42, ("y", 0): 7}))
-        records = [*mixed_append(), r.topic_record("x", None)]
-
-        def write(registry: Any) -> Result[None]:
-            for record in records:
-                registry.replay(record)
-            return Result(records=list(records))
-
+        await serve_group(writer, server, shared, "txy")
         mixed_reads(server)  # the authorizer decides from the start
         before = mixed_reads(server)
-        await writer.rt._submit(REGISTRY, write)
-        parts: dict[str, bool] = {}  # the append being applied ("now"), begun
-        apply_in_parts = partitions_module.Partitions._apply_in_parts
-
-        async def watched(self: Any, *args: Any) -> None:
-            parts["now"] = parts["was"] = True
-            try:
-                await apply_in_parts(self, *args)
-            finally:
-                parts["now"] = False
-
-        monkeypatch.setattr(partitions_module.Partitions, "_apply_in_parts", watched)
+        await append_records(writer, [*mixed_append(), r.topic_record("x", None)])
+        parts = watch_parts(monkeypatch)  # the append being applied ("now"), begun
         failing_at = rng.randrange(10)
         succeeding_at = failing_at + rng.randrange(1, 6)
-        server.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
-        catching_up = asyncio.ensure_future(server.parts.caught_up())
+        catching_up = start_catch_up(server, writer)
         seen, steps, sent = {before}, 0, {}
         while not catching_up.done() or len(sent) < 2:
             if parts.get("now") or not parts.get("was"):

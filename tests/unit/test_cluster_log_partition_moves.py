@@ -10,28 +10,18 @@ import asyncio
 from typing import Any
 
 import pytest
-from builders import commit
+from cluster_log_steps import fetched, serve_group, shared_memory, start_catch_up, watch_parts
 from test_cluster_log_reload import Node, node
 from test_server_authorization import ADMIN
 
-from coordinator.core.offsets import OffsetFetchGroup
 from coordinator.core.topics import NewTopic
-from coordinator.routing import CLUSTER_LOG
 from coordinator.runtime import partitions as partitions_module
 from coordinator.runtime.leadership import PartitionState
 from coordinator.runtime.loader import load_partition
 from coordinator.runtime.store import MemoryRecordStore
 from coordinator.server.api import TopicChanges
 
-G = "g"
 STEP = 3
-
-
-async def fetched(n: Node) -> dict[tuple[str, int], int]:
-    (answer,) = await n.rt.offset_fetch([OffsetFetchGroup(group_id=G)])
-    return {
-        (t.name, p.partition_index): p.committed_offset for t in answer.topics for p in t.partitions
-    }
 
 
 def groups_topics(n: Node) -> tuple[str, ...]:
@@ -66,18 +56,10 @@ async def test_a_partition_taken_while_an_append_is_applied_in_parts(
     deletion). With the partition's image taken from the registry as it is (not as held), a
     partition taken between two parts saw part of the append (x gone, c and d not there)."""
     monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
-    shared = MemoryRecordStore(partitions=1)
-
-    def open_store() -> Any:
-        return MemoryRecordStore(_data=shared._data)
-
+    shared, open_store = shared_memory()
     async with node(open_store, 1) as writer, node(open_store, 2) as server:
         server.rt.ids._n = 100  # type: ignore[attr-defined]  # its topic ids apart
-        shared.set_leader(0, 2, 1)
-        await server.parts.load_partition(0, 1)
-        await writer.rt.create_topics([NewTopic(name=n, num_partitions=1) for n in "xy"])
-        await server.follow(writer)
-        await server.rt.offset_commit(commit(G, {("x", 0): 42, ("y", 0): 7}))
+        await serve_group(writer, server, shared, "xy")
         await server.rt.engine.flush()
         before = groups_topics(server)
         if move == "taken":
@@ -85,17 +67,7 @@ async def test_a_partition_taken_while_an_append_is_applied_in_parts(
         await writer.ok(await writer.service.delete_topics(TopicChanges(entries=["x"]), ADMIN))
         created = [NewTopic(name=n, num_partitions=1) for n in "abcd"]
         await writer.ok(await writer.service.create_topics(TopicChanges(entries=created), ADMIN))
-        parts: dict[str, bool] = {}  # the append being applied ("now"), begun, shown
-        apply_in_parts = partitions_module.Partitions._apply_in_parts
-
-        async def watched(self: Any, *args: Any) -> None:
-            parts["now"] = parts["was"] = True
-            try:
-                await apply_in_parts(self, *args)
-            finally:
-                parts["now"] = False
-
-        monkeypatch.setattr(partitions_module.Partitions, "_apply_in_parts", watched)
+        parts = watch_parts(monkeypatch)  # the append being applied ("now"), begun, shown
         applied = partitions_module.Partitions._applied
 
         def shown(self: Any, *args: Any) -> None:
@@ -103,8 +75,7 @@ async def test_a_partition_taken_while_an_append_is_applied_in_parts(
             applied(self, *args)
 
         monkeypatch.setattr(partitions_module.Partitions, "_applied", shown)
-        server.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
-        catching_up = asyncio.ensure_future(server.parts.caught_up())
+        catching_up = start_catch_up(server, writer)
         seen, steps, taken, taken_before = {before}, 0, False, False
         while not catching_up.done() or not taken:
             if server.rt.driver.lead.states[0] is PartitionState.SERVING:

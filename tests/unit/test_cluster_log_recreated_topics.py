@@ -8,27 +8,14 @@ start at the old one's offsets here. On the memory store (its lease table)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from builders import commit
+from cluster_log_steps import fetched, serve_group, shared_memory
 from test_cluster_log_reload import Node, node
 from test_server_authorization import ADMIN
 
-from coordinator.core.offsets import OffsetFetchGroup
 from coordinator.core.topics import NewTopic
 from coordinator.runtime import partitions as partitions_module
-from coordinator.runtime.store import MemoryRecordStore
 from coordinator.server.api import TopicChanges
-
-G = "g"
-
-
-async def fetched(n: Node) -> dict[tuple[str, int], int]:
-    (answer,) = await n.rt.offset_fetch([OffsetFetchGroup(group_id=G)])
-    return {
-        (t.name, p.partition_index): p.committed_offset for t in answer.topics for p in t.partitions
-    }
 
 
 async def topic_ids(n: Node) -> dict[str, str]:
@@ -49,19 +36,11 @@ async def test_a_topic_deleted_and_created_again_loses_its_offsets_here(
     the step deleted and left deleted lost its offsets)."""
     if how == "in parts":
         monkeypatch.setattr(partitions_module, "STEP_RECORDS", 3, raising=False)
-    shared = MemoryRecordStore(partitions=1)
-
-    def open_store() -> Any:
-        return MemoryRecordStore(_data=shared._data)
-
+    shared, open_store = shared_memory()
     async with node(open_store, 1) as writer, node(open_store, 2) as server:
         server.rt.ids._n = 100  # type: ignore[attr-defined]  # its topic ids apart
-        shared.set_leader(0, 2, 1)
-        await server.parts.load_partition(0, 1)
-        await writer.rt.create_topics([NewTopic(name=n, num_partitions=1) for n in "xy"])
-        await server.follow(writer)
+        await serve_group(writer, server, shared, "xy")
         old = await topic_ids(server)
-        await server.rt.offset_commit(commit(G, {("x", 0): 42, ("y", 0): 7}))
         assert await fetched(server) == {("x", 0): 42, ("y", 0): 7}
         await writer.ok(await writer.service.delete_topics(TopicChanges(entries=["x", "y"]), ADMIN))
         if how == "one step":

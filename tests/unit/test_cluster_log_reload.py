@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from builders import make_runtime
+from cluster_log_steps import alter_session_timeout
 from test_server_authorization import ADMIN, EVERY_ACL
 
 from coordinator.core import topics as topics_module
@@ -33,12 +34,9 @@ from coordinator.security.principal import KafkaPrincipal
 from coordinator.security.scram import ScramMechanism
 from coordinator.server.api import (
     AclSpec,
-    AlterConfig,
-    AlterResource,
     AlterScramCredentials,
     ConfigResource,
     DescribeConfigs,
-    IncrementalAlterConfigs,
 )
 from coordinator.server.service import CoordinatorService
 
@@ -210,19 +208,6 @@ async def node(open_store: Callable[[], Any], node_id: int) -> AsyncIterator[Nod
         await rt.close()
 
 
-def alter_session_timeout(value: str | None) -> IncrementalAlterConfigs:
-    op = 0 if value is not None else 1  # SET, DELETE
-    return IncrementalAlterConfigs(
-        resources=(
-            AlterResource(
-                resource_type=32,
-                resource_name="g",
-                configs=(AlterConfig(name=SESSION_TIMEOUT, operation=op, value=value),),
-            ),
-        )
-    )
-
-
 async def before_the_cut(writer: Node) -> None:
     """What both nodes apply: topic t, ACLs on a1, a2 (alice) and group g (bob), credentials
     of alice, bob and carol, a session timeout for group g."""
@@ -250,7 +235,7 @@ async def before_the_cut(writer: Node) -> None:
             ADMIN,
         )
     )
-    await writer.ok(await s.incremental_alter_configs(alter_session_timeout("50000"), ADMIN))
+    await writer.ok(await s.incremental_alter_configs(alter_session_timeout("g", "50000"), ADMIN))
 
 
 async def missed(writer: Node, newest: str) -> None:
@@ -272,7 +257,7 @@ async def missed(writer: Node, newest: str) -> None:
             ADMIN,
         )
     )
-    await writer.ok(await s.incremental_alter_configs(alter_session_timeout("60000"), ADMIN))
+    await writer.ok(await s.incremental_alter_configs(alter_session_timeout("g", "60000"), ADMIN))
     await writer.ok(await s.delete_acls([acl("alice", "a1")], ADMIN))
     await writer.ok(
         await s.alter_user_scram_credentials(
@@ -419,7 +404,7 @@ async def test_a_reload_of_an_empty_view_leaves_nothing_behind(
                 ADMIN,
             )
         )
-        await writer.ok(await s.incremental_alter_configs(alter_session_timeout(None), ADMIN))
+        await writer.ok(await s.incremental_alter_configs(alter_session_timeout("g", None), ADMIN))
         writer.store.expire_journal(2**62)
         _end, chunks = writer.store.load_snapshot(CLUSTER_LOG)
         assert [row for rows in chunks for row in rows] == []  # the view is empty

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import test_cluster_log_reload
 from builders import LoopSteps
-from test_cluster_log_catch_up_steps import count_replays
+from cluster_log_steps import count_replays, reads_while_catching_up
 from test_cluster_log_reload import Node, acl, before_the_cut, missed, node
 from test_server_authorization import ADMIN
 
@@ -89,13 +89,8 @@ async def test_a_reload_applies_its_changes_a_step_at_a_time_and_is_read_whole(
             applied(self, *args)
 
         monkeypatch.setattr(partitions_module.Partitions, "_applied", ended)
-        seen = {before}
         with LoopSteps() as steps:
-            behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
-            catching_up = asyncio.ensure_future(behind.parts.caught_up())
-            while not catching_up.done():
-                seen.add(reads(behind))
-                await asyncio.sleep(0)
+            seen = {before, *await reads_while_catching_up(behind, writer, reads)}
         after = reads(behind)
         assert after != before
         assert seen | {after} == {before, after}

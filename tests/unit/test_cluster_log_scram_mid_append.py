@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import scramp
 import test_cluster_log_reload
+from cluster_log_steps import start_catch_up
 from test_cluster_log_reload import Node, node, upsert
 from test_server_authorization import ADMIN
 
-from coordinator.routing import CLUSTER_LOG
 from coordinator.runtime import partitions as partitions_module
 from coordinator.security import scram
 from coordinator.server.api import AlterScramCredentials
@@ -89,8 +89,7 @@ async def test_sign_ins_during_an_append_of_credentials_in_parts_see_it_whole(
         seen: list[tuple[tuple[bool, bool], ...]] = []
         begun: list[tuple[Exchange, str]] = []
         straddling: list[tuple[str, str, bool]] = []  # begun with, shown when finished, ok
-        behind.parts.follow_cluster_log(writer.store.last_offset(CLUSTER_LOG))
-        catching_up = asyncio.ensure_future(behind.parts.caught_up())
+        catching_up = start_catch_up(behind, writer)
         i = 0
         while True:
             for exchange, password in begun:  # begun a step ago
