@@ -434,8 +434,10 @@ class CoordinatorMetrics:
         )
         self.event_processing_time = LoopHistogram(
             f"{ns}_event_processing_time_seconds",
-            "Time a command ran on its shard (the core's handler and the encoding of its "
-            "records). Kafka: event-processing-time-ms.",
+            "Time a command took on its shard: the core's handler and the runtime's handling "
+            "of its result (its records added to the pending batch, its timers, the answers "
+            "it releases), as Kafka's event-processing-time-ms covers the whole event; a read "
+            "of committed state: the read. Kafka: event-processing-time-ms.",
             ["shard"],
             buckets=LATENCY_BUCKETS,
             registry=r,

@@ -4,7 +4,11 @@ assignors.
 ``CoordinatorRuntime(observer=RuntimeObserver(metrics))`` calls, all on the event loop thread:
 
 * :meth:`RuntimeObserver.run_command` to run one command on a shard (timed: queue and
-  processing time; a ``shard.<command>`` span when tracing is on);
+  processing time; a ``shard.<command>`` span when tracing is on), or, for a command the
+  runtime times itself, :meth:`RuntimeObserver.run_timed` (the span only) and the callable
+  :meth:`RuntimeObserver.command_timer` gave it, once the runtime has acted on the command's
+  result: the runtime's turn accounting reads the clock around each command anyway, and the
+  processing time then covers the whole command, as Kafka's does;
 * :meth:`RuntimeObserver.ran` right after, with the records and events the command left and
   the batch its response waits for (its purgatory time is observed when the batch resolves),
   or None when it waits for none (its events were written at once);
@@ -43,6 +47,19 @@ _ACTIVE = tracing.ACTIVE
 _ARRIVAL_GET = ARRIVAL.get
 
 SCRAPE_READ_TIMEOUT_S = 5.0
+_OWN: Any = object()
+
+
+def same_clock(perf: Callable[[], float]) -> bool:
+    """Whether ``perf`` reads the clock requests' arrivals are read with (``time.monotonic``,
+    :data:`~.requests.ARRIVAL`): itself, or ``time.perf_counter`` where it is the same clock
+    (Linux, macOS)."""
+    if perf is time.monotonic:
+        return True
+    if perf is not time.perf_counter:
+        return False
+    counter, clock = time.get_clock_info("perf_counter"), time.get_clock_info("monotonic")
+    return counter.implementation == clock.implementation and counter.resolution == clock.resolution
 
 
 def command_name(fn: Callable[..., Any]) -> str:
@@ -109,8 +126,40 @@ class RuntimeObserver:
                 if arrival is not None:
                     self._queue[shard](start - arrival if start > arrival else 0.0)
 
-    def _traced_command(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
-        metrics = self.metrics
+    def command_timer(
+        self, perf: Callable[[], float]
+    ) -> Callable[[int, float, float], None] | None:
+        """What the runtime calls with each command it times itself — (state machine, start,
+        seconds), read with ``perf``, its own clock (the engine's turn accounting) — once it
+        has run the command and acted on its result (then it runs the command with
+        :meth:`run_timed`): the command's processing time and, run for a request, its queue
+        time. None (the runtime runs :meth:`run_command`, timed here): metrics off, or ``perf``
+        is not the clock requests' arrivals are read with (``time.monotonic``)."""
+        if self.metrics is None or not same_clock(perf):
+            return None
+        return self._timed
+
+    def _timed(self, shard: int, start: float, seconds: float) -> None:
+        self._processing[shard](seconds)
+        request = _ARRIVAL_GET()
+        if request is not None:
+            arrival = request[0]
+            if arrival is not None:
+                self._queue[shard](start - arrival if start > arrival else 0.0)
+
+    def run_timed(self, shard: int, fn: Callable[[Any], Any], machine: Any) -> Any:
+        """:meth:`run_command` for a command the runtime times (:meth:`command_timer`): its
+        span, when traced."""
+        if _TRACING.enabled and _ACTIVE.get():
+            return self._traced_command(shard, fn, machine, None)
+        return fn(machine)
+
+    def _traced_command(
+        self, shard: int, fn: Callable[[Any], Any], machine: Any, metrics: Any = _OWN
+    ) -> Any:
+        """A traced command, timed here unless ``metrics`` is None (the runtime times it)."""
+        if metrics is _OWN:
+            metrics = self.metrics
         self.span = None
         attributes: dict[str, Any] = {tracing.SHARD: shard}
         rpc = tracing.current_attributes()  # the RPC span's

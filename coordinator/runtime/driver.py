@@ -99,15 +99,14 @@ from coordinator.core.errors import (
     CoordinatorError,
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
-    NotCoordinatorError,
 )
 from coordinator.core.events import LogEvent
-from coordinator.core.records import Record
 from coordinator.core.target_assignment import AssignmentJob
-from coordinator.core.timers import DueTimer, TimerOp
+from coordinator.core.timers import DueTimer
 from coordinator.routing import CLUSTER_LOG, partition_for
 
-from .leadership import ClusterLogMovedError, Leadership
+from .batch import Batch
+from .leadership import ClusterLogMovedError, Leadership, taken_over
 from .own_commands import OwnCommands
 from .reads import Reads
 from .requests import Command
@@ -198,60 +197,6 @@ class Clock(Protocol):
     def timer_deadline(self, deadline_ms: int) -> int: ...
 
 
-class Batch:
-    """Records of many commands, written by one append."""
-
-    __slots__ = (
-        "cluster",
-        "commands",
-        "completions",
-        "end_marks",
-        "error",
-        "events",
-        "groups",
-        "offloads",
-        "records",
-        "regex_resolutions",
-        "resolved",
-        "start_marks",
-        "then",
-        "timed",
-        "timeout",
-        "timeout_at",
-        "timer_ops",
-        "waiters",
-        "watches",
-    )
-
-    def __init__(self, start_marks: dict[int, int]) -> None:
-        self.records: list[Record] = []  # encoded by the writer, off the loop
-        self.cluster: list[Record] = []  # those of the cluster log, for ``Driver.committed``
-        self.timer_ops: dict[int, list[TimerOp]] = {}  # machine -> its commands' timer ops
-        # machine -> its mark just before its first records in this batch: what it rolls back
-        # to if the batch fails (only the machines with records in it)
-        self.start_marks = start_marks
-        self.end_marks: list[int] | None = None
-        self.commands = 0
-        self.completions: list[tuple[int, int, Any]] = []  # (machine, token, response)
-        self.events: list[LogEvent] = []  # written once durable, dropped on failure
-        # shard -> the groups (None: the shard as a whole) it marked uncommitted with this batch
-        self.groups: dict[int, set[str | None]] = {}
-        self.offloads: list[tuple[int, str]] = []  # (machine, group): computations to start
-        self.regex_resolutions: list[tuple[int, str]] = []  # (machine, group): to resolve
-        # (caller's future, its response, its state machine; None: the driver's own wait)
-        self.waiters: list[tuple[Any, Any, int | None]] = []
-        self.then: list[Callable[[BaseException | None], Any]] = []  # the driver's own
-        self.watches: list[Watched] = []  # told to the core if the write fails or times out
-        # (when its wait times out: host.perf(), a caller's future, a parked request's
-        # (machine, token) or a Watched, None or a cluster-log command's bound), in the order
-        # of their timeouts: what the write timeout answers (WriteTimeouts.time)
-        self.timed: list[tuple[float, Any, tuple[int, str] | None]] = []
-        self.timeout: Any = None  # the host's handle of the next write-timeout check
-        self.timeout_at = 0.0  # when it runs (host.perf())
-        self.resolved = False
-        self.error: BaseException | None = None  # why its write failed
-
-
 class Driver:
     """The state machines (shards, then the topic registry) and every decision about them.
 
@@ -286,6 +231,10 @@ class Driver:
         self.clock = clock
         self.host = host
         self.observer = observer
+        # (state machine, start, seconds) of each command the driver times itself, sharing its
+        # turn accounting's clock reads with the observer's processing and queue times (None:
+        # the observer times the command, or there is nothing to time)
+        self._timed = None if observer is None else observer.command_timer(host.perf)
         self.workers = workers
         self.automatic = automatic
         self.trace = trace
@@ -385,11 +334,17 @@ class Driver:
         (the driver's own reads of inputs; a request's read of a group is ``Reads.read``)."""
         return self._execute(self.shard_count if index == REGISTRY else index, fn, read, group)
 
-    def run_command(self, index: int, machine: Any, fn: Callable[[Any], Any], mark: int) -> Any:
-        """``fn(machine)``, observed; rolled back to ``mark`` if it raises."""
+    def run_command(
+        self, index: int, machine: Any, fn: Callable[[Any], Any], mark: int, timed: bool = False
+    ) -> Any:
+        """``fn(machine)``, observed (``timed``: its caller times it); rolled back to ``mark``
+        if it raises."""
         obs = self.observer
         try:
-            out = fn(machine) if obs is None else obs.run_command(index, fn, machine)
+            if obs is None:
+                out = fn(machine)
+            else:
+                out = (obs.run_timed if timed else obs.run_command)(index, fn, machine)
         except CoordinatorError:
             machine.rollback(mark)  # the core already did; harmless and keeps the registry safe
             raise
@@ -405,10 +360,25 @@ class Driver:
     def _execute(
         self, index: int, fn: Callable[[Any], Any], read: bool, group: str | None = None
     ) -> tuple[Any, Batch | None]:
+        """:meth:`_run`, once the state machine is known to be served; timed (``_timed``)."""
         self.lead.check(index)
+        timed = self._timed
+        if timed is None:
+            return self._run(index, fn, read, group, False)
+        perf = self.host.perf
+        start = perf()
+        try:
+            return self._run(index, fn, read, group, True)
+        finally:
+            timed(index, start, perf() - start)
+
+    def _run(
+        self, index: int, fn: Callable[[Any], Any], read: bool, group: str | None, timed: bool
+    ) -> tuple[Any, Batch | None]:
+        """Run one command and act on its result (``timed``: the caller times the whole)."""
         machine = self._machines[index]
         mark = machine.mark()
-        out = self.run_command(index, machine, fn, mark)
+        out = self.run_command(index, machine, fn, mark, timed)
         obs = self.observer
         if read:
             last = self._last_batch.get(index)
@@ -514,13 +484,17 @@ class Driver:
         self.lead.check(key)
         bound = self.timeouts.cluster_bound(timeout_ms) if key == self.shard_count else None
         turns = self.turns
-        if turns.now(key, join=join):
+        if turns.now(key, join=join):  # one pair of clock reads: the turn's and the observer's
             perf = self.host.perf
+            timed = self._timed
             start = perf()
             try:
-                response, batch = self._execute(key, fn, read, group)
+                response, batch = self._run(key, fn, read, group, timed is not None)
             finally:
-                turns.charge(key, perf() - start)
+                spent = perf() - start
+                turns.charge(key, spent)
+                if timed is not None:
+                    timed(key, start, spent)
             if batch is None and not (park and type(response) is Pending):
                 return response, None
             fut = self.host.new_future()
@@ -837,7 +811,7 @@ class Driver:
         if self.observer is not None:
             for b in failed:
                 self.observer.batch_failed(b, len(b.records), exc)
-        taken = _taken_over(exc)
+        taken = taken_over(exc)
         for b in failed:
             b.resolved, b.error = True, error
             self.timeouts.settled(b)
@@ -852,25 +826,6 @@ class Driver:
         if watched:  # after the rollback: the core hears of each on the state before it
             self.own.write_errors(watched, error)
         return failed
-
-
-def _taken_over(exc: BaseException) -> dict[int, NotCoordinatorError]:
-    """The coordinator partitions an append was fenced off from (another node took their
-    leases over), each with what its requests in the failed batches are answered:
-    NOT_COORDINATOR, as Kafka's coordinator answers a write that failed because its partition's
-    leadership moved (NOT_LEADER_OR_FOLLOWER becomes NOT_COORDINATOR), so the client finds the
-    new leader at once. Requests of the other partitions of those batches keep the retriable
-    COORDINATOR_NOT_AVAILABLE: this node still leads them."""
-    if not isinstance(exc, StoreFencedError):
-        return {}
-    return {
-        p: NotCoordinatorError(
-            f"This node's lease of coordinator partition {p} was taken over by another node "
-            "before the write landed (nothing of it was written): ask FindCoordinator again."
-        )
-        for p in exc.partitions
-        if p != CLUSTER_LOG
-    }
 
 
 def _fail_future(fut: Any, error: BaseException | None) -> None:

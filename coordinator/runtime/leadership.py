@@ -26,10 +26,11 @@ from coordinator.core.errors import (
     CoordinatorNotAvailableError,
     NotCoordinatorError,
 )
+from coordinator.routing import CLUSTER_LOG
 
-from .store.api import Fence
+from .store.api import Fence, StoreFencedError
 
-__all__ = ["ClusterLogMovedError", "Leadership", "PartitionState"]
+__all__ = ["ClusterLogMovedError", "Leadership", "PartitionState", "taken_over"]
 
 
 class ClusterLogMovedError(CoordinatorNotAvailableError):
@@ -137,3 +138,22 @@ class Leadership:
 
 def _serve_all(_index: int) -> None:
     pass
+
+
+def taken_over(exc: BaseException) -> dict[int, NotCoordinatorError]:
+    """The coordinator partitions an append was fenced off from (another node took their
+    leases over), each with what its requests in the failed batches are answered:
+    NOT_COORDINATOR, as Kafka's coordinator answers a write that failed because its partition's
+    leadership moved (NOT_LEADER_OR_FOLLOWER becomes NOT_COORDINATOR), so the client finds the
+    new leader at once. Requests of the other partitions of those batches keep the retriable
+    COORDINATOR_NOT_AVAILABLE: this node still leads them."""
+    if not isinstance(exc, StoreFencedError):
+        return {}
+    return {
+        p: NotCoordinatorError(
+            f"This node's lease of coordinator partition {p} was taken over by another node "
+            "before the write landed (nothing of it was written): ask FindCoordinator again."
+        )
+        for p in exc.partitions
+        if p != CLUSTER_LOG
+    }

@@ -281,3 +281,81 @@ def test_a_command_run_in_an_answered_request_s_context_has_no_queue_time(clock:
         expected([])
     )
     assert calls.metrics.event_processing_time.labels("0").counts[0] == 1
+
+
+class CountingClock(Clock):
+    """The fixture's clock, counting its reads."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.clock.now
+
+
+def test_the_runtime_s_turn_clock_reads_time_the_whole_command_for_the_observer(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command the driver runs at once is timed once, by its turn accounting (two clock
+    reads, not four), and its processing time covers the driver's handling of the result
+    (here: starting the pending batch, 2 ms on this clock) as Kafka's event-processing-time-ms
+    covers the whole event: the same seconds charged to its turn and observed; its queue time
+    runs from the request's arrival to that start. A command the driver runs outside a turn
+    (a timer's) is timed by the driver too; a read of committed state by the observer."""
+    from builders import join
+
+    from coordinator.core.commands import Result
+    from coordinator.harness import Harness
+    from coordinator.runtime import requests
+    from coordinator.runtime.driver import Driver, RuntimeState
+
+    metrics = CoordinatorMetrics(process_collectors=False)
+    observer = RuntimeObserver(metrics)
+    observer.attach(1, [])
+    harness = Harness()
+    world = harness.world
+    perf = CountingClock(clock)  # the engine's turn clock, the arrivals' (as on Linux)
+    monkeypatch.setattr(observer_module, "same_clock", lambda read: read is perf, raising=False)
+    world.perf = perf  # type: ignore[method-assign]
+
+    def write() -> None:  # the driver starts a pending batch: the writer is woken
+        clock.now += 0.002
+
+    world.write = write  # type: ignore[method-assign]
+    driver = Driver(
+        machines=[harness.shard, harness.registry],
+        config=harness.config,
+        clock=harness.clock,
+        host=world,
+        observer=observer,
+    )
+    world.driver = driver
+    driver.state = RuntimeState.ACTIVE
+
+    began = RequestObserver(metrics).hook(rpc_infos()[HEARTBEAT])
+    assert began is not None
+    request = began.begin(object(), GRPC)  # arrives at 1000.0
+    clock.now += 0.0005  # its command starts 0.5 ms later
+    response, fut = driver.request(requests.heartbeat(join(), harness.clock.now_ms()))
+    assert response is None and fut is not None  # its records wait for their batch
+    assert perf.reads == 2  # one pair, shared by the turn and the observer
+    assert driver.turns._spent == {0: pytest.approx(0.002)}
+    processing = histogram(metrics, "kip848_event_processing_time_seconds")
+    assert series(processing, shard="0") == pytest.approx(expected([0.002]))
+    queue = histogram(metrics, "kip848_event_queue_time_seconds")
+    assert series(queue, shard="0") == pytest.approx(expected([0.0005]))
+    began.end(request, object(), GRPC, None)
+
+    # Outside the turns (no request's context now: no queue time): timed by the driver.
+    def command(_shard: Any) -> Result[None]:
+        clock.now += 0.003
+        return Result()
+
+    driver.execute(0, command)
+    assert perf.reads == 4
+    processing = histogram(metrics, "kip848_event_processing_time_seconds")
+    assert series(processing, shard="0") == pytest.approx(expected([0.002, 0.003]))
+    queue = histogram(metrics, "kip848_event_queue_time_seconds")
+    assert series(queue, shard="0") == pytest.approx(expected([0.0005]))
