@@ -248,52 +248,27 @@ def test_export_is_safe_while_the_store_is_open_for_writing(tmp_path: Path) -> N
     assert r.info.rows == 1
 
 
-def test_cli_export_progress_and_exit_codes(workload: dict[str, Any], tmp_path: Path) -> None:
-    kip = [sys.executable, "-m", "coordinator.cli"]
-    out = tmp_path / "j.parquet"
-    p = subprocess.run(
-        [
-            *kip,
-            "analytics",
-            "export",
-            "--data-dir",
-            str(workload["store"]),
-            "--out",
-            str(out),
-            "--progress",
-            "always",
-        ],
+def kip848_export(*args: str, timeout: int = 60) -> subprocess.CompletedProcess[str]:
+    """``kip848 analytics export`` with ``args``, in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator.cli", "analytics", "export", *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
+
+
+def test_cli_export_progress_and_exit_codes(workload: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "j.parquet"
+    store = str(workload["store"])
+    p = kip848_export("--data-dir", store, "--out", str(out), "--progress", "always", timeout=120)
     assert p.returncode == 0, p.stderr
     assert f"Exported {workload['info'].rows} records" in p.stdout
     assert "exporting journal" in p.stderr and f"{workload['info'].rows}/" in p.stderr
     assert pq.read_metadata(out).num_rows == workload["info"].rows
-    p = subprocess.run(
-        [*kip, "analytics", "export", "--data-dir", str(tmp_path / "none"), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    p = kip848_export("--data-dir", str(tmp_path / "none"), "--out", str(out))
     assert p.returncode == 1 and "no record store at" in p.stderr and "Traceback" not in p.stderr
-    p = subprocess.run(
-        [
-            *kip,
-            "analytics",
-            "export",
-            "--data-dir",
-            str(workload["store"]),
-            "--out",
-            str(out),
-            "--since",
-            "soon",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    p = kip848_export("--data-dir", store, "--out", str(out), "--since", "soon")
     assert p.returncode == 2 and "not a time" in p.stderr
 
 
@@ -379,6 +354,12 @@ def test_partitions_decoded_in_several_processes_give_the_same_file(
         export_journal(tmp_path / "s", tmp_path / "x.parquet", workers=0)
 
 
+def transaction_row(epoch: int, state: str) -> tuple[Any, ...]:
+    """The exported row (the columns the test below reads) of a GroupTransaction record of
+    app-1's transaction, producer 4000 at ``epoch``, in group grp, in ``state``."""
+    return ("GroupTransaction", "grp", False, None, None, None, 4000, epoch, "app-1", state, None)
+
+
 def test_transaction_records_are_exported_with_their_columns(tmp_path: Path) -> None:
     """The records the core writes for transactional offsets (a transaction committed, one
     aborted) and the cluster-level transactional id mapping: one row each, typed."""
@@ -438,54 +419,18 @@ def test_transaction_records_are_exported_with_their_columns(tmp_path: Path) -> 
         ("TransactionalIdGroup", None, False, None, None, None, None, None, "app-1", None, "grp"),
         ("TransactionalIdGroup", None, True, None, None, None, None, None, "app-1", None, None),
         # The committed transaction: pending, its end forwarded, committed.
-        ("GroupTransaction", "grp", False, None, None, None, 4000, 0, "app-1", "Ongoing", None),
+        transaction_row(0, "Ongoing"),
         ("TxnOffsetCommit", "grp", False, "in", 1, 10, 4000, 0, None, None, None),
-        (
-            "GroupTransaction",
-            "grp",
-            False,
-            None,
-            None,
-            None,
-            4000,
-            0,
-            "app-1",
-            "PrepareCommit",
-            None,
-        ),
+        transaction_row(0, "PrepareCommit"),
         ("OffsetCommit", "grp", False, "in", 1, 10, None, None, None, None, None),
         ("TxnOffsetCommit", "grp", True, "in", 1, None, 4000, None, None, None, None),
         ("GroupTransaction", "grp", True, None, None, None, 4000, None, None, None, None),
         # The aborted one: its pending offset dropped, the committed one stays.
-        ("GroupTransaction", "grp", False, None, None, None, 4000, 1, "app-1", "Ongoing", None),
+        transaction_row(1, "Ongoing"),
         ("TxnOffsetCommit", "grp", False, "in", 1, 20, 4000, 1, None, None, None),
-        (
-            "GroupTransaction",
-            "grp",
-            False,
-            None,
-            None,
-            None,
-            4000,
-            1,
-            "app-1",
-            "PrepareAbort",
-            None,
-        ),
+        transaction_row(1, "PrepareAbort"),
         ("TxnOffsetCommit", "grp", True, "in", 1, None, 4000, None, None, None, None),
         # ... and its record a fence of the older epochs (epoch 0's end left none).
-        (
-            "GroupTransaction",
-            "grp",
-            False,
-            None,
-            None,
-            None,
-            4000,
-            0,
-            "app-1",
-            "CompleteAbort",
-            None,
-        ),
+        transaction_row(0, "CompleteAbort"),
     ]
     assert [row["record_type_id"] for row in rows] == [rec.key.TYPE for rec in written]

@@ -72,6 +72,20 @@ class Stack:
     def address(self) -> str:
         return self.server.kafka_address
 
+    def create_topics(self, **partitions: int) -> None:
+        """Topics created through the listener (name: number of partitions)."""
+        client = self.server.client()
+        try:
+            create_topics(client, **partitions)
+        finally:
+            client.close()
+
+    def offset_fetch(self, group: str, topic: str, *, stable: bool) -> list[tuple[int, int]]:
+        """One OffsetFetch v7 of ``group``'s offset of partition 0 of ``topic`` through the
+        listener (``stable``: require_stable): its committed offset and error code."""
+        resp = offset_fetch(self.address, group, topic, 1, stable=stable)
+        return [(p.committed_offset, p.error_code) for p in resp.topics[0].partitions]
+
     def kill_coordinator(self) -> None:
         self.server.proc.kill()
         self.server.proc.wait(timeout=10)
@@ -198,6 +212,24 @@ def read_log(address: str, topic: str, partition: int) -> list[Any]:
     return out
 
 
+def offset_fetch(address: str, group: str, topic: str, partitions: int, *, stable: bool) -> Any:
+    """One OffsetFetch v7 of ``group``'s offsets of partitions 0 to ``partitions`` - 1 of
+    ``topic`` (``stable``: require_stable): its response."""
+    c = KafkaClient(address)
+    try:
+        return c.call(
+            request(
+                9,
+                7,
+                group_id=group,
+                topics=[{"name": topic, "partition_indexes": list(range(partitions))}],
+                require_stable=stable,
+            )
+        )
+    finally:
+        c.close()
+
+
 def committed_offsets(
     address: str, group: str, topic: str, partitions: int, timeout: float = 20
 ) -> list[int]:
@@ -206,25 +238,22 @@ def committed_offsets(
     none."""
     deadline = time.monotonic() + timeout
     while True:
-        c = KafkaClient(address)
-        try:
-            resp: Any = c.call(
-                request(
-                    9,
-                    7,
-                    group_id=group,
-                    topics=[{"name": topic, "partition_indexes": list(range(partitions))}],
-                    require_stable=True,
-                )
-            )
-        finally:
-            c.close()
+        resp = offset_fetch(address, group, topic, partitions, stable=True)
         if resp.error_code == E.none:
             parts = resp.topics[0].partitions
             if all(p.error_code == E.none for p in parts):
                 return [int(p.committed_offset) for p in parts]
         assert time.monotonic() < deadline, resp
         time.sleep(0.2)
+
+
+def begin_with_offsets(producer: Any, topic: str, value: bytes, offset: Any, consumer: Any) -> None:
+    """A transaction of confluent-kafka's ``producer`` begun: ``value`` produced to partition
+    0 of ``topic``, and ``offset`` (a TopicPartition) sent for ``consumer``'s group, pending
+    until the transaction ends."""
+    producer.begin_transaction()
+    producer.produce(topic, value, partition=0)
+    producer.send_offsets_to_transaction([offset], consumer.consumer_group_metadata(), 20)
 
 
 def produce(address: str, topic: str, values: list[str], partitions: int) -> None:
@@ -287,6 +316,31 @@ class App:
         return self.proc is not None and self.proc.poll() is None
 
 
+def check_offsets_not_ahead(
+    stack: Stack, group: str, topic_in: str, topic_out: str, partitions: int
+) -> None:
+    """Committed offsets never ahead of committed output: every input below each
+    partition's committed offset has its output committed."""
+    offsets = committed_offsets(stack.address, group, topic_in, partitions)
+    for p in range(partitions):
+        outputs = {
+            v.decode().split(":")[1] for v in committed_log(stack.tansu.address, topic_out, p)
+        }
+        for offset in range(max(offsets[p], 0)):
+            assert str(offset) in outputs, (p, offset, offsets, sorted(outputs))
+
+
+def committed_outputs(stack: Stack, topic_out: str, partitions: int) -> dict[str, int]:
+    """Input value -> how many times its output is committed (each in its input's partition)."""
+    seen: dict[str, int] = {}
+    for p in range(partitions):
+        for v in committed_log(stack.tansu.address, topic_out, p):
+            part, _offset, value = v.decode().split(":")[:3]
+            assert int(part) == p
+            seen[value] = seen.get(value, 0) + 1
+    return seen
+
+
 @pytest.mark.parametrize("protocol", ["consumer", "classic"])
 def test_exactly_once_through_kills(stack: Stack, tmp_path: Path, protocol: str) -> None:
     """80 inputs, copied in transactions of up to 5 records; meanwhile the coordinator is
@@ -295,9 +349,7 @@ def test_exactly_once_through_kills(stack: Stack, tmp_path: Path, protocol: str)
     every check on the way the committed offsets never ahead of the committed output."""
     rng = random.Random(f"eos-{protocol}")
     topic_in, topic_out, group = f"eos-in-{protocol}", f"eos-out-{protocol}", f"eos-{protocol}"
-    client = stack.server.client()
-    create_topics(client, **{topic_in: 2, topic_out: 2})
-    client.close()
+    stack.create_topics(**{topic_in: 2, topic_out: 2})
     values = [f"r{i}" for i in range(80)]
     produce(stack.address, topic_in, values, 2)
     config = {
@@ -312,15 +364,7 @@ def test_exactly_once_through_kills(stack: Stack, tmp_path: Path, protocol: str)
     app = App(stack, config, tmp_path / "app.log")
 
     def check_prefix() -> None:
-        """Committed offsets never ahead of committed output: every input below each
-        partition's committed offset has its output committed."""
-        offsets = committed_offsets(stack.address, group, topic_in, 2)
-        for p in range(2):
-            outputs = {
-                v.decode().split(":")[1] for v in committed_log(stack.tansu.address, topic_out, p)
-            }
-            for offset in range(max(offsets[p], 0)):
-                assert str(offset) in outputs, (p, offset, offsets, sorted(outputs))
+        check_offsets_not_ahead(stack, group, topic_in, topic_out, 2)
 
     deadline = time.monotonic() + 90
     for event in ["coordinator", "app", "coordinator", "app"]:
@@ -340,12 +384,7 @@ def test_exactly_once_through_kills(stack: Stack, tmp_path: Path, protocol: str)
         time.sleep(0.5)
     assert committed_offsets(stack.address, group, topic_in, 2) == [40, 40], app.lines[-10:]
     check_prefix()
-    seen: dict[str, int] = {}
-    for p in range(2):
-        for v in committed_log(stack.tansu.address, topic_out, p):
-            part, _offset, value = v.decode().split(":")[:3]
-            assert int(part) == p
-            seen[value] = seen.get(value, 0) + 1
+    seen = committed_outputs(stack, topic_out, 2)
     assert seen == dict.fromkeys(values, 1), exactly_once_failure(
         stack.tansu.address, topic_out, 2, seen, [app]
     )
@@ -361,44 +400,20 @@ def test_an_aborted_transaction_leaves_the_offsets_and_pending_ones_are_unstable
     abort leaves the committed offsets as they were, a commit makes the new ones committed."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    client = stack.server.client()
-    create_topics(client, **{"tx-in": 1, "tx-out": 1})
-    client.close()
+    stack.create_topics(**{"tx-in": 1, "tx-out": 1})
     consumer = Consumer({"bootstrap.servers": stack.address, "group.id": "tx-g"})
     consumer.commit(offsets=[TopicPartition("tx-in", 0, 3)], asynchronous=False)
     producer = Producer({"bootstrap.servers": stack.address, "transactional.id": "tx-1"})
     producer.init_transactions(20)
     try:
         for commit, offset in ((False, 7), (True, 9)):
-            producer.begin_transaction()
-            producer.produce("tx-out", b"x", partition=0)
-            producer.send_offsets_to_transaction(
-                [TopicPartition("tx-in", 0, offset)], consumer.consumer_group_metadata(), 20
+            begin_with_offsets(
+                producer, "tx-out", b"x", TopicPartition("tx-in", 0, offset), consumer
             )
-            c = stack.server.client()
-            plain: Any = c.call(
-                request(
-                    9,
-                    7,
-                    group_id="tx-g",
-                    topics=[{"name": "tx-in", "partition_indexes": [0]}],
-                    require_stable=False,
-                )
-            )
-            stable: Any = c.call(
-                request(
-                    9,
-                    7,
-                    group_id="tx-g",
-                    topics=[{"name": "tx-in", "partition_indexes": [0]}],
-                    require_stable=True,
-                )
-            )
-            c.close()
-            assert [(p.committed_offset, p.error_code) for p in plain.topics[0].partitions] == [
+            assert stack.offset_fetch("tx-g", "tx-in", stable=False) == [
                 (3, E.none)  # the abort before left them
             ]
-            assert [(p.committed_offset, p.error_code) for p in stable.topics[0].partitions] == [
+            assert stack.offset_fetch("tx-g", "tx-in", stable=True) == [
                 (-1, E.unstable_offset_commit)
             ]
             if commit:
@@ -433,42 +448,24 @@ def test_a_zombie_producer_stays_fenced_after_the_new_producers_transaction(
     pending, UNSTABLE_OFFSET_COMMIT to read_committed consumers.)"""
     from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-    client = stack.server.client()
-    create_topics(client, **{"zf-in": 1, "zf-out": 1})
-    client.close()
+    stack.create_topics(**{"zf-in": 1, "zf-out": 1})
     consumer = Consumer({"bootstrap.servers": stack.address, "group.id": "zf-g"})
-    meta = consumer.consumer_group_metadata()
     config = {"bootstrap.servers": stack.address, "transactional.id": "zf-1"}
     zombie, producer = Producer(config), Producer(config)
     try:
         zombie.init_transactions(20)
-        zombie.begin_transaction()
-        zombie.produce("zf-out", b"zombie", partition=0)
-        zombie.send_offsets_to_transaction([TopicPartition("zf-in", 0, 5)], meta, 20)
+        begin_with_offsets(zombie, "zf-out", b"zombie", TopicPartition("zf-in", 0, 5), consumer)
         producer.init_transactions(20)  # aborts the zombie's transaction
-        producer.begin_transaction()
-        producer.produce("zf-out", b"new", partition=0)
-        producer.send_offsets_to_transaction([TopicPartition("zf-in", 0, 10)], meta, 20)
+        begin_with_offsets(producer, "zf-out", b"new", TopicPartition("zf-in", 0, 10), consumer)
         producer.commit_transaction(20)
         assert committed_offsets(stack.address, "zf-g", "zf-in", 1) == [10]
         with pytest.raises(KafkaException) as refused:
-            zombie.send_offsets_to_transaction([TopicPartition("zf-in", 0, 7)], meta, 20)
+            zombie.send_offsets_to_transaction(
+                [TopicPartition("zf-in", 0, 7)], consumer.consumer_group_metadata(), 20
+            )
         error = refused.value.args[0]
         assert error.code() == KafkaError._FENCED and error.fatal(), error
-        c = stack.server.client()
-        stable: Any = c.call(
-            request(
-                9,
-                7,
-                group_id="zf-g",
-                topics=[{"name": "zf-in", "partition_indexes": [0]}],
-                require_stable=True,
-            )
-        )
-        c.close()
-        assert [(p.committed_offset, p.error_code) for p in stable.topics[0].partitions] == [
-            (10, E.none)
-        ]
+        assert stack.offset_fetch("zf-g", "zf-in", stable=True) == [(10, E.none)]
     finally:
         consumer.close()
     refusals = [
@@ -493,9 +490,7 @@ def test_exactly_once_across_a_consumer_crash_and_rebalances(
     rng = random.Random(f"eos-rebalance-{protocol}")
     topic_in, topic_out, group = f"eosr-in-{protocol}", f"eosr-out-{protocol}", f"eosr-{protocol}"
     partitions, count = 4, 400
-    client = stack.server.client()
-    create_topics(client, **{topic_in: partitions, topic_out: partitions})
-    client.close()
+    stack.create_topics(**{topic_in: partitions, topic_out: partitions})
     values = [f"r{i}" for i in range(count)]
     produce(stack.address, topic_in, values, partitions)
 
@@ -514,13 +509,7 @@ def test_exactly_once_across_a_consumer_crash_and_rebalances(
     apps = [App(stack, config(n), tmp_path / f"app{n}.log") for n in range(2)]
 
     def check_prefix() -> None:
-        offsets = committed_offsets(stack.address, group, topic_in, partitions)
-        for p in range(partitions):
-            outputs = {
-                v.decode().split(":")[1] for v in committed_log(stack.tansu.address, topic_out, p)
-            }
-            for offset in range(max(offsets[p], 0)):
-                assert str(offset) in outputs, (p, offset, offsets, sorted(outputs))
+        check_offsets_not_ahead(stack, group, topic_in, topic_out, partitions)
 
     done = [count // partitions] * partitions
     deadline = time.monotonic() + 180
@@ -551,12 +540,7 @@ def test_exactly_once_across_a_consumer_crash_and_rebalances(
         a.lines[-10:] for a in apps
     ]
     check_prefix()
-    seen: dict[str, int] = {}
-    for p in range(partitions):
-        for v in committed_log(stack.tansu.address, topic_out, p):
-            part, _offset, value = v.decode().split(":")[:3]
-            assert int(part) == p
-            seen[value] = seen.get(value, 0) + 1
+    seen = committed_outputs(stack, topic_out, partitions)
     assert seen == dict.fromkeys(values, 1), exactly_once_failure(
         stack.tansu.address, topic_out, partitions, seen, apps
     )
@@ -574,25 +558,10 @@ def test_kafka_pythons_transactional_producer(stack: Stack) -> None:
     from kafka.structs import OffsetAndMetadata
     from kafka.structs import TopicPartition as KTP
 
-    client = stack.server.client()
-    create_topics(client, **{"kp-in": 1, "kp-out": 1})
-    client.close()
+    stack.create_topics(**{"kp-in": 1, "kp-out": 1})
 
     def fetch(stable: bool) -> list[tuple[int, int]]:
-        c = stack.server.client()
-        try:
-            resp: Any = c.call(
-                request(
-                    9,
-                    7,
-                    group_id="kp-g",
-                    topics=[{"name": "kp-in", "partition_indexes": [0]}],
-                    require_stable=stable,
-                )
-            )
-        finally:
-            c.close()
-        return [(p.committed_offset, p.error_code) for p in resp.topics[0].partitions]
+        return stack.offset_fetch("kp-g", "kp-in", stable=stable)
 
     producer = KafkaProducer(bootstrap_servers=stack.address, transactional_id="kp-t")
     try:
@@ -633,19 +602,13 @@ def test_a_partition_given_back_while_its_offsets_are_pending_starts_at_the_comm
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     group, topic = f"gb-{protocol}", f"gb-in-{protocol}"
-    client = stack.server.client()
-    create_topics(client, **{topic: 1, f"gb-side-{protocol}": 2, f"gb-out-{protocol}": 1})
-    client.close()
+    stack.create_topics(**{topic: 1, f"gb-side-{protocol}": 2, f"gb-out-{protocol}": 1})
     produce(stack.address, topic, [f"v{i}" for i in range(30)], 1)
     admin = Consumer({"bootstrap.servers": stack.address, "group.id": group})
     admin.commit(offsets=[TopicPartition(topic, 0, 10)], asynchronous=False)
     producer = Producer({"bootstrap.servers": stack.address, "transactional.id": f"gb-{protocol}"})
     producer.init_transactions(20)
-    producer.begin_transaction()
-    producer.produce(f"gb-out-{protocol}", b"x", partition=0)
-    producer.send_offsets_to_transaction(
-        [TopicPartition(topic, 0, 20)], admin.consumer_group_metadata(), 20
-    )
+    begin_with_offsets(producer, f"gb-out-{protocol}", b"x", TopicPartition(topic, 0, 20), admin)
     admin.close()
     config = {"bootstrap": stack.address, "group": group, "protocol": protocol}
     read: list[tuple[int, float]] = []  # (offset of `in`, when)
