@@ -621,8 +621,11 @@ class Partitions:
     ) -> None:
         """:meth:`_remove_offsets` once more, unless the partition moved (or was taken again)
         or the runtime stopped meanwhile; only for the topics still deleted (one created again
-        since may have offsets of its own by now)."""
-        lead, present = self.lead, self.driver.registry.topics
+        since may have offsets of its own by now) as every read sees them: the registry's
+        image, held while an append is applied in parts (:meth:`_apply_in_parts`; its topics
+        between two parts are a state no read sees, the append's end removes the offsets of
+        what it deletes)."""
+        lead, present = self.lead, self.driver.registry.image().by_name
         if (
             not self.driver.active
             or lead.epochs.get(partition) != epoch
