@@ -165,8 +165,8 @@ def _partitions_last(read: Any) -> Any:
 
 
 def _wait_for_any(execute: Any) -> Any:
-    def wait_any(self: Any, index: int, fn: Any, read: bool, group: Any = None) -> Any:
-        response, batch = execute(self, index, fn, read, group)
+    def wait_any(self: Any, index: int, fn: Any, read: bool, *rest: Any) -> Any:
+        response, batch = execute(self, index, fn, read, *rest)
         if batch is None and not read and index < self.shard_count:
             batch = self.pending or self.inflight
         return response, batch
@@ -178,11 +178,11 @@ def _whole_batch_rollback(execute: Any) -> Any:
     """The runtime before f981713: a failed write rolls every state machine back to its mark
     when the batch was started (test_runtime_rollback_scope.py pins it)."""
 
-    def at_start(self: Any, index: int, fn: Any, read: bool, group: Any = None) -> Any:
+    def at_start(self: Any, index: int, fn: Any, read: bool, *rest: Any) -> Any:
         if self.pending is not None:
-            return execute(self, index, fn, read, group)
+            return execute(self, index, fn, read, *rest)
         marks = [m.mark() for m in self._machines]
-        out = execute(self, index, fn, read, group)
+        out = execute(self, index, fn, read, *rest)
         if self.pending is not None:
             for machine, mark in enumerate(marks):
                 self.pending.start_marks.setdefault(machine, mark)
@@ -233,7 +233,7 @@ BROKEN = {
     # a partition without records in a failed write gets its failure
     "a command without records waits for whatever write is outstanding": (
         Driver,
-        "_execute",
+        "_run",  # every command runs through it (the loop's fast path too)
         _wait_for_any,
         {"seed": 1, "groups": 6},
         "(partition 1) was answered with the failure of a write with records of ",
@@ -242,7 +242,7 @@ BROKEN = {
     # answered, is undone when partition 0's write fails
     "a failed write rolls every partition back to the batch's start (before f981713)": (
         Driver,
-        "_execute",
+        "_run",
         _whole_batch_rollback,
         {"seed": 20, "groups": 6, "classic": 3, "protocol": "eager"},
         "changed what partition 1 holds in memory (it had no records in it)",

@@ -70,13 +70,13 @@ async def test_an_unchanged_snapshot_of_100000_topics_is_read_off_the_loop() -> 
     batches = len(store.batch_sizes)
     snapshot = CountedSnapshot(wanted)
     executed: list[int] = []
-    execute = rt.driver._execute
+    run = rt.driver._run  # every command runs through it
 
     def counted(index: int, *args: Any, **kw: Any) -> Any:
         executed.append(index)
-        return execute(index, *args, **kw)
+        return run(index, *args, **kw)
 
-    rt.driver._execute = counted  # type: ignore[method-assign]
+    rt.driver._run = counted  # type: ignore[method-assign]
     changes = await rt.apply_topic_snapshot(snapshot)
     assert changes == SnapshotChanges(created=[], updated=[], deleted=[])
     assert snapshot.read_on_loop == 0
