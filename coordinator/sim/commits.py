@@ -176,7 +176,28 @@ def commit_offsets(sim: Any, i: int) -> None:
                     else:
                         acknowledged[key] = offsets[key]
 
-    sim.when_running(lambda: sim.coord.request(req, reply, label, after=judged))
+    def unknown() -> None:
+        """The coordinator restarted before answering: the client never learns the outcome.
+        A write that landed with its acknowledgement late (``partition-move``) holds the
+        offsets all the same: those are the committed ones from now on, as after a
+        NOT_COORDINATOR once it ran. An offset the store does not hold stays judged."""
+        if not ran:
+            return
+        durable = sim.coord.replica_of(gid).snapshot().get("offsets", {}).get(gid, {})
+        names = {t.topic_id: n for n, t in sim.coord.registry.topics.items()}
+        landed = [
+            key
+            for key, offset in offsets.items()
+            if (value := durable.get(f"{names.get(key[0])}-{key[1]}")) is not None
+            and value.offset == offset
+        ]
+        if landed:
+            sim.summary.events["commit-landed-unanswered-at-restart"] += 1
+            sim._log(f"c{i} {label}: landed, unanswered (the coordinator restarted first)")
+        for key in landed:
+            inv.stale_committed(acknowledged, key)
+
+    sim.when_running(lambda: sim.coord.request(req, reply, label, after=judged, unknown=unknown))
 
 
 def _fetch(fetch: OffsetFetchGroup, shard: Any) -> Any:

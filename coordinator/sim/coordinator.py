@@ -80,6 +80,7 @@ class SimCoordinator:
         self.writing = False
         self.parked_joins: set[int] = set()  # parked joins (id of their note), until answered
         self.unconfirmed: list[Callable[[], None]] = []  # reads behind a write (read's lost)
+        self.unanswered: list[Callable[[], None]] = []  # requests in flight (outcome unknown)
         self.replicas = [self._new_shard() for _ in range(self.partitions)]
         self.replica_registry = TopicRegistry(self.ids)
         self.isolation = Isolation(self)
@@ -215,11 +216,14 @@ class SimCoordinator:
         label: str,
         *,
         after: Callable[[Any, Any], None] | None = None,
+        unknown: Callable[[], None] | None = None,
     ) -> None:
         """Submit a member's request as the server does; ``reply`` gets its answer when the
         driver releases it (never, if the coordinator restarts first). ``after(shard)`` runs
         right after the command did, with its result (what the coordinator believed when it
-        ran)."""
+        ran). ``unknown()`` runs instead of ``reply`` when the coordinator restarts before the
+        answer: the client never learns the outcome, and what the command wrote may have
+        landed all the same (a write whose acknowledgement was late, ``partition-move``)."""
         sim = self.sim
         cmd = requests.command(req, self.clock.now)
         join = isinstance(req, ConsumerGroupHeartbeat)
@@ -255,6 +259,8 @@ class SimCoordinator:
 
         def answered(f: Any) -> None:
             self.parked_joins.discard(id(parked))
+            if unknown is not None:
+                self.unanswered.remove(unknown)
             error = f.exception()
             if isinstance(error, IllegalStateError):
                 sim._fail(inv.CORE_ILLEGAL_STATE, f"the core raised IllegalStateError: {error}")
@@ -271,6 +277,8 @@ class SimCoordinator:
                 sim._log(f"coordinator: parked {label} completes -> {_text(outcome)}")
             reply(outcome)
 
+        if unknown is not None:
+            self.unanswered.append(unknown)
         fut.add_done_callback(answered)
 
     def read(self, group_id: str, fn: Callable[[Shard], Any], *, lost: Callable[[], None]) -> Any:
@@ -488,6 +496,9 @@ class SimCoordinator:
         unconfirmed, self.unconfirmed = self.unconfirmed, []
         for lost in unconfirmed:
             lost()
+        unanswered, self.unanswered = self.unanswered, []
+        for unknown in unanswered:
+            unknown()
         self.gen += 1
         self._boot()
         sim._log(f"fault: coordinator restarts; reloaded {self.records} records")

@@ -41,7 +41,8 @@ partition was dropped must leave that partition's timers as they were (:meth:`re
 
 What the model concedes to a move, as Kafka's clients and coordinator behave: a commit answered
 NOT_COORDINATOR after it ran may have landed all the same (its offsets are no longer asserted
-as the committed ones); a group away is not a group re-created (its classic members' claims
+as the committed ones), and so may one whose write landed, its acknowledgement late, when the
+coordinator restarts before answering it (the offsets the store holds of it); a group away is not a group re-created (its classic members' claims
 stay theirs); a committed read is not judged against the store while a write that landed has
 not been answered yet (the node's committed state is behind the store, not wrong).
 """

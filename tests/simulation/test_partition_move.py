@@ -133,3 +133,19 @@ def test_an_old_tenures_failed_timer_retried_into_the_new_one_is_caught(
     assert s.violation.name == inv.REPLAY_EQUALS_LIVE
     assert "the failure of a write outstanding" in s.violation.report
     assert "'classic-member-" in s.violation.report
+
+
+def test_a_commit_landed_but_unanswered_when_the_coordinator_restarts_is_of_unknown_outcome() -> (
+    None
+):
+    """Seed 7242 with three groups on two partitions: partition 0 moves with a write held that
+    also holds two commits of partition 1's group g1-2; it lands, its acknowledgement late, and
+    the coordinator restarts before answering them. The store holds the later commit's offset,
+    which no answer ever named: the client cannot know it landed (as in Kafka), so it is no
+    breach of the acknowledged offsets (I8 flagged it before: "group g1-2's offset of t1-3 is
+    84, but a commit of it was answered accepted at 72"); the earlier commit, whose offset the
+    store does not hold, leaves the acknowledged offset judged."""
+    s = simulate(SimParams(seed=7242, steps=300, faults=MOVES, **FLEETS["groups"]))
+    assert s.violation is None, s.violation
+    assert s.events["commit-landed-unanswered-at-restart"] == 1
+    assert s.events["partition-move-write-landed"] >= 1
