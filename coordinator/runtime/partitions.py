@@ -53,7 +53,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -212,7 +212,7 @@ class Partitions:
             stats.groups,
             stats.seconds * 1e3,
         )
-        await migrate_group_configs(driver, partition)
+        await migrate_group_configs(driver, partition, self.applied)
 
     def install(self, partition: int, epoch: int, shard: Any, stats: ShardLoadStats) -> bool:
         """The end of a load, on the loop: ``shard`` (``partition``'s log read into it) takes
@@ -663,12 +663,20 @@ log before they wait for the partition's next load (each attempt after a refusal
 appended to the cluster log meanwhile, and this node catches up in between)."""
 
 
-async def migrate_group_configs(driver: Driver, partition: int) -> None:
+async def migrate_group_configs(
+    driver: Driver, partition: int, applied: Callable[[], Awaitable[None]] | None = None
+) -> None:
     """Move the group configs an earlier version kept in ``partition`` (just loaded) to the
     cluster log (``Driver.migrate_group_configs``). Until they are moved they count for their
-    groups where the cluster log names none, so a failed attempt loses nothing."""
+    groups where the cluster log names none, so a failed attempt loses nothing. ``applied``
+    (``Partitions.applied``, among several nodes): each attempt, a command of the registry,
+    waits while the node applies other nodes' appends in steps, as every registry command
+    does (``Engine.cluster_log_command``): run meanwhile it is refused, and an append applied
+    in parts outlasts the attempts' waits."""
     for attempt in range(1, MIGRATION_ATTEMPTS + 1):
         try:
+            if applied is not None:
+                await applied()
             if driver.lead.states[partition] is not PartitionState.SERVING:
                 return
             batch = driver.migrate_group_configs(partition)

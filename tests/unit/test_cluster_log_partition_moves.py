@@ -10,15 +10,26 @@ import asyncio
 from typing import Any
 
 import pytest
-from cluster_log_steps import fetched, serve_group, shared_memory, start_catch_up, watch_parts
+from cluster_log_steps import (
+    append_records,
+    fetched,
+    serve_group,
+    shared_memory,
+    start_catch_up,
+    watch_parts,
+)
+from test_cluster_log_catch_up_steps import mixed_append
 from test_cluster_log_reload import Node, node
 from test_server_authorization import ADMIN
 
+from coordinator.core import codec
+from coordinator.core import records as r
+from coordinator.core.group_configs import HEARTBEAT_INTERVAL_CONFIG, effective_configs
 from coordinator.core.topics import NewTopic
 from coordinator.runtime import partitions as partitions_module
 from coordinator.runtime.leadership import PartitionState
 from coordinator.runtime.loader import load_partition
-from coordinator.runtime.store import MemoryRecordStore
+from coordinator.runtime.store import MemoryRecordStore, StoredRecord
 from coordinator.server.api import TopicChanges
 
 STEP = 3
@@ -100,3 +111,69 @@ async def test_a_partition_taken_while_an_append_is_applied_in_parts(
             shared.set_leader(0, 3, 3)
             await fresh.parts.load_partition(0, 3)
             assert await fetched(fresh) == offsets
+
+
+class _ShortWaits:
+    """``asyncio`` for the partitions module, every wait a loop step: the waits between the
+    attempts to move a partition's group configs (0.05-0.2 s, 0.5 s in all) shorter than an
+    append applied in parts (100,000 records: 2 s and more), as at scale."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    @staticmethod
+    async def sleep(_seconds: float) -> None:
+        await asyncio.sleep(0)
+
+
+async def test_a_partition_taken_while_an_append_is_applied_in_parts_moves_its_group_configs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Partition 0's log holds a group config an earlier version kept there (group "old"'s
+    heartbeat interval). Node 2 takes the partition (``load_partition``) as it begins to
+    apply node 1's append of seven records of every kind in parts of one: the move of that
+    config to the cluster log (``migrate_group_configs``, a command of the registry) waits
+    for the append's end, as every registry command does, and is made at its first attempt:
+    the cluster log names the group's config (DescribeConfigs on either node), the partition
+    tombstoned it. Before, each attempt ran while the registry was held, was refused (the
+    node applying other nodes' writes), and all five were spent before the append was shown:
+    the config stayed in the partition until its next load."""
+    monkeypatch.setattr(partitions_module, "STEP_RECORDS", 1, raising=False)
+    monkeypatch.setattr(partitions_module, "asyncio", _ShortWaits())
+    shared, open_store = shared_memory()
+    legacy = r.group_config_record("old", HEARTBEAT_INTERVAL_CONFIG, "6000")
+    shared.append([StoredRecord(*codec.encode(legacy), legacy.group_id)], 1)
+    installed = asyncio.Event()
+    install = partitions_module.Partitions.install
+
+    def watched_install(self: Any, *args: Any) -> bool:
+        done = install(self, *args)
+        installed.set()
+        return done
+
+    monkeypatch.setattr(partitions_module.Partitions, "install", watched_install)
+    apply_in_parts = partitions_module.Partitions._apply_in_parts
+    loading: list[asyncio.Future[None]] = []
+
+    async def taken_first(self: Any, *args: Any) -> None:
+        """The partition installed (its configs' move begun) as the application begins."""
+        shared.set_leader(0, self.lead.node_id, 1)
+        loading.append(asyncio.ensure_future(self.load_partition(0, 1)))
+        await asyncio.wait_for(installed.wait(), 10)
+        await apply_in_parts(self, *args)
+
+    async with node(open_store, 1) as writer, node(open_store, 2) as server:
+        await append_records(writer, mixed_append())
+        monkeypatch.setattr(partitions_module.Partitions, "_apply_in_parts", taken_first)
+        await server.follow(writer)
+        await asyncio.wait_for(loading[0], 10)
+        await server.rt.engine.flush()
+        moved = {HEARTBEAT_INTERVAL_CONFIG: "6000"}
+        described = (effective_configs(server.rt.config, moved), moved)
+        assert await server.rt.describe_group_config("old") == described
+        assert len(server.rt.driver.shards[0].group_configs) == 0
+        assert "failed (attempt" not in caplog.text
+        await writer.follow(server)
+        assert await writer.rt.describe_group_config("old") == described
+        async with node(open_store, 3) as fresh:
+            assert await server.state() == await fresh.state()
