@@ -524,18 +524,24 @@ def _fitting(held: int, firsts: int, others: int, quota: int) -> tuple[int, int]
 
 def _kept_or_made(current: frozenset[int], run: tuple[int, ...]) -> frozenset[int]:
     """``current`` when it is ``run`` (a frozenset as long, holding all of it), else a new set
-    of the run (one Python call per member beats C-level passes that compare, then deal
-    again)."""
+    of the run, made as :func:`_runs` makes it (one Python call per member beats C-level passes
+    that compare, then deal again)."""
     if type(current) is frozenset and len(current) == len(run) and current.issuperset(run):
         return current
-    return frozenset(run)
+    return frozenset(dict.fromkeys(run) if 5 <= len(run) <= 7 else run)
 
 
 def _runs(pool: Iterator[int], size: int, count: int, indexes: Indexes) -> Iterable[frozenset[int]]:
-    """The next ``count`` runs of ``size`` indexes of ``pool``, as frozensets."""
+    """The next ``count`` runs of ``size`` indexes of ``pool``, as frozensets. Runs of five to
+    seven indexes pass through a dict (``dict.fromkeys``): a frozenset made from a dict is sized
+    for it at once (16 slots), while one made from a tuple outgrows its inline table of eight
+    at the fifth index and is rehashed into 32 — twice the memory, which the garbage collector
+    then reads at every pass (10,000 × 100,000 heterogeneous, 10 topics: FULL 8% faster).
+    Smaller runs stay inline, larger ones get 32 slots or more either way."""
     if size == 1:
         return map(indexes.ones().__getitem__, islice(pool, count))
-    return map(frozenset, islice(zip(*[pool] * size, strict=False), count))
+    runs = islice(zip(*[pool] * size, strict=False), count)
+    return map(frozenset, map(dict.fromkeys, runs) if 5 <= size <= 7 else runs)
 
 
 class Indexes:

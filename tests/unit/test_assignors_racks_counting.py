@@ -469,6 +469,27 @@ def test_deal_gives_back_the_current_sets_it_places_again(coded: bool) -> None:
     assert type(with_set[4]) is frozenset
 
 
+@pytest.mark.parametrize("quota", [2, 4, 5, 6, 7, 8, 20])
+def test_deal_makes_runs_of_any_size_as_frozensets(quota: int) -> None:
+    """Runs of every size (those of five to seven indexes made through a dict, sized for them
+    at once) are frozensets of exactly the node's next indexes, fresh or compared with the
+    current sets (a changed one made anew, an unchanged one given back)."""
+    node = [0, 1, 0]
+    n = 3 * quota + 1  # the first member one more
+    node_of = [int(i % 3 == 1) for i in range(n)]  # node 0: 2 · quota + 1 indexes, node 1: quota
+    zero = [i for i in range(n) if i % 3 != 1]
+    one = [i for i in range(n) if i % 3 == 1]
+    expected = [fs(*zero[: quota + 1]), fs(*one), fs(*zero[quota + 1 :])]
+    for coded in (True, False):
+        nodes, owners = (bytes(node), bytes(node_of)) if coded else (node, node_of)
+        dealt = _deal(nodes, quota, 1, owners, 2, Indexes(n))
+        assert dealt == expected and all(type(s) is frozenset for s in dealt)
+        current = [expected[0], fs(*one[1:]), expected[2]]
+        again = _deal(nodes, quota, 1, owners, 2, Indexes(n), current)
+        assert again == expected and again[0] is current[0] and again[2] is current[2]
+        assert type(again[1]) is frozenset
+
+
 def fs(*partitions: int) -> frozenset[int]:
     return frozenset(partitions)
 
