@@ -93,11 +93,11 @@ class RuntimeObserver:
         self.metrics = metrics
         self.rebalances = RebalanceTracker(metrics)
         self._waits: dict[Any, list[tuple[int, float]]] = {}  # batch -> (shard, since)
-        self._batch_spans: dict[Any, list[Any]] = {}  # batch -> command span contexts
+        self._batch_spans: dict[Any, list[Any]] = {}  # batch -> its traced commands' spans
         # batch -> what the rebalance tracker kept of its commands (their events, group states)
         self._batch_events: dict[Any, list[Any]] = {}
         self.span: Any = None
-        """The last traced command's span context (tracing on), until :meth:`ran` takes it.
+        """The last traced command's span (tracing on), until :meth:`ran` takes it.
         The runtime calls :meth:`ran` for a command that left no records and no events and
         waits for no batch only while this is set: there is nothing else to do for it."""
         # per state machine, bound by attach() (metrics on): its queue-time and processing-time
@@ -162,7 +162,7 @@ class RuntimeObserver:
             metrics = self.metrics
         self.span = None
         attributes: dict[str, Any] = {tracing.SHARD: shard}
-        rpc = tracing.current_attributes()  # the RPC span's
+        rpc = _ACTIVE.get().attributes  # the RPC span's
         group_id = rpc.get(tracing.GROUP_ID)
         if group_id is not None:
             attributes[tracing.GROUP_ID] = group_id
@@ -182,13 +182,11 @@ class RuntimeObserver:
                         None if arrival is None else start - arrival,
                         time.monotonic() - start,
                     )
-            done = tracing.response_attributes(getattr(out, "response", out))
+            tracing.response_attributes(getattr(out, "response", out), attributes)
             records = getattr(out, "records", None)
             if records:
-                done["kip848.records"] = len(records)
-            if done:
-                span.set_attributes(done)
-            self.span = span.get_span_context()
+                attributes["kip848.records"] = len(records)
+            self.span = span
         return out
 
     def ran(
@@ -268,23 +266,18 @@ class RuntimeObserver:
         flush_s: float | None,
         error: BaseException | None,
     ) -> None:
-        contexts = self._batch_spans.pop(batch, None)
-        if not tracing.STATE.enabled or not contexts:
+        commands_spans = self._batch_spans.pop(batch, None)
+        if not tracing.STATE.enabled or not commands_spans:
             return  # no traced (sampled) command in this batch
         end = time.time_ns()
-        start = end - int((flush_s or 0.0) * 1e9)
-        span = tracing.STATE.tracer.start_span(
+        tracing.record_span(
             "store.append",
-            attributes={"kip848.batch.records": records, "kip848.batch.commands": commands},
-            links=tracing.link(contexts or ()),
-            start_time=start,
+            {"kip848.batch.records": records, "kip848.batch.commands": commands},
+            links=commands_spans,
+            start=end - int((flush_s or 0.0) * 1e9),
+            end=end,
+            error=error,
         )
-        if error is not None:
-            span.record_exception(error)
-            from opentelemetry.trace import Status, StatusCode
-
-            span.set_status(Status(StatusCode.ERROR, str(error)))
-        span.end(end_time=end)
 
     # ------------------------------------------------------------------ timers and expiry
 

@@ -450,13 +450,13 @@ class _Never:
     """The type of no answer (``plain`` of an error-code reader that has none)."""
 
 
-def _open_span(rpc: Any, req: Any, caller: Any) -> tuple[Any, Any, Any] | None:
+def _open_span(rpc: Any, req: Any, caller: Any) -> tuple[Any, Any] | None:
     """The RPC's SERVER span of a request the sampling decision did not leave out (a root
     drawn at the ratio, or one whose caller sent a trace context: followed here, its sampled
-    flag decides), entered now and current while the request runs, so the shard command and
-    assignor spans are its children on both listeners; None: not traced. (The Kafka listener
-    runs a request that waits in a task of the very context its first step ran in, so the
-    span's context is entered and left in one context.)"""
+    flag decides), current while the request runs (:data:`tracing.ACTIVE`), so the shard
+    command and assignor spans are its children on both listeners; None: not traced. (The
+    Kafka listener runs a request that waits in a task of the very context its first step ran
+    in, so the span is made current and left in one context.)"""
     parent = None
     if caller.trace_metadata is not None:
         parent = tracing.extract(caller.trace_metadata)
@@ -464,7 +464,7 @@ def _open_span(rpc: Any, req: Any, caller: Any) -> tuple[Any, Any, Any] | None:
             return None
     kafka = caller.api_version is not None
     client_id, client_address = caller.identity()
-    context = tracing.rpc_span(
+    span = tracing.rpc_span(
         "kafka" if kafka else rpc.grpc_service,
         rpc.kafka_name if kafka else rpc.name,
         system="kafka" if kafka else "grpc",
@@ -473,27 +473,22 @@ def _open_span(rpc: Any, req: Any, caller: Any) -> tuple[Any, Any, Any] | None:
         parent=parent,
         request=req,
     )
-    span = context.__enter__()
-    if not span.is_recording():  # only when the SDK's own sampler decides
-        return context, span, None
-    return context, span, tracing.ACTIVE.set(True)
+    if span is None:  # only when the SDK's own sampler decides
+        return None
+    return span, tracing.ACTIVE.set(span)
 
 
-def _close_span(
-    opened: tuple[Any, Any, Any], answer: Any, error_code: Callable[[Any], int]
-) -> None:
-    """Leave the span :func:`_open_span` entered, with the answer's attributes (a recording
-    span) and the exception the request ends with, if any (as a ``with`` block would)."""
-    context, span, active = opened
-    try:
-        if active is not None:
-            tracing.ACTIVE.reset(active)
-            if answer is not None:
-                attributes = tracing.response_attributes(getattr(answer, "value", None) or answer)
-                attributes[tracing.ERROR_CODE] = error_name(error_code(answer))
-                span.set_attributes(attributes)
-    finally:
-        context.__exit__(*sys.exc_info())
+def _close_span(opened: tuple[Any, Any], answer: Any, error_code: Callable[[Any], int]) -> None:
+    """End the span :func:`_open_span` made current, with the answer's attributes and the
+    exception the request ends with, if any (as a ``with`` block would record it)."""
+    span, active = opened
+    tracing.ACTIVE.reset(active)
+    if answer is not None:
+        attributes = tracing.response_attributes(
+            getattr(answer, "value", None) or answer, span.attributes
+        )
+        attributes[tracing.ERROR_CODE] = error_name(error_code(answer))
+    span.finish(sys.exc_info()[1])
 
 
 def _audit(

@@ -3,7 +3,10 @@
 Off by default. ``kip848 serve --otlp-endpoint URL`` (or :func:`configure` with an exporter, as
 the tests do with the SDK's in-memory exporter) installs a tracer provider; until then
 :data:`STATE.enabled` is False and every instrumentation point is a single attribute test that
-skips all tracing work — no span objects, no context switches, no attribute dicts.
+skips all tracing work — no span objects, no context switches, no attribute dicts. A traced
+request's spans are recorded on the loop (:class:`Recorded`) and built into the SDK's spans
+later, in bulk (:func:`flush`: the ``kip848-spans`` thread every :data:`BUILD_INTERVAL_S`, or
+as each ends when an exporter is given), with the ids drawn as they started.
 
 Sampling is decided once per request, before any OpenTelemetry call (:func:`sampled`): a
 caller's valid ``traceparent`` is followed (parent-based: its sampled flag decides), any other
@@ -16,8 +19,8 @@ over gRPC, a look for ``traceparent`` in the call's metadata; its client id and 
 only for a traced request):
 no context attach, no span object, no propagator, no context variable. Only a sampled request makes
 spans, and all its spans record (the SDK's sampler is ``ParentBased(ALWAYS_ON)``); only an
-``OTEL_TRACES_SAMPLER`` that is not parent-based is left to the SDK, which then makes a
-(non-recording) span for every request.
+``OTEL_TRACES_SAMPLER`` that is not parent-based is left to the SDK, whose sampler then decides
+on a recorded span made for every request (:func:`rpc_span`).
 
 Span names and attributes (OpenTelemetry semantic conventions where one applies):
 
@@ -44,12 +47,14 @@ import itertools
 import logging
 import math
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
 from contextvars import ContextVar
+from random import getrandbits as _getrandbits
 from random import random as _random
-from typing import Any
+from typing import Any, cast
 
 log = logging.getLogger("kip848.tracing")
 
@@ -163,10 +168,12 @@ def _root_blocks(ratio: float, draw: Callable[[], float], size: int) -> Iterator
 class _State:
     """Module state: read on the hot path as ``STATE.enabled`` (one attribute load)."""
 
-    __slots__ = ("_ratio", "budget", "draw", "enabled", "provider", "tracer")
+    __slots__ = ("_ratio", "budget", "draw", "enabled", "provider", "sync", "tracer")
 
     def __init__(self) -> None:
         self.enabled = False
+        self.sync = False
+        """Spans are built as they end (an exporter given: tests), not by the builder thread."""
         self.provider: Any = None
         self.tracer: Any = None
         self._ratio: float | None = None
@@ -197,8 +204,9 @@ class _State:
 
 STATE = _State()
 
-ACTIVE: ContextVar[bool] = ContextVar("kip848_trace_active", default=False)
-"""True inside a recorded (sampled) RPC span: only then are command and assignor spans made."""
+ACTIVE: ContextVar[Any] = ContextVar("kip848_trace_active", default=False)
+"""The current :class:`Recorded` span inside a recorded (sampled) RPC's, else False: only then
+are command and assignor spans made (its children)."""
 
 
 def normalize_endpoint(endpoint: str) -> str:
@@ -265,7 +273,12 @@ def configure(
     # Decided here (ratio not None): every span started is one to record — a root we drew, or
     # a child of a sampled caller — so the SDK's sampler is ParentBased(ALWAYS_ON). Else None:
     # the SDK builds the sampler OTEL_TRACES_SAMPLER names.
-    provider = TracerProvider(resource=resource, sampler=DEFAULT_ON if ratio is not None else None)
+    provider = TracerProvider(
+        resource=resource,
+        sampler=DEFAULT_ON if ratio is not None else None,
+        id_generator=cast(Any, _RecordedIds()),
+    )
+    STATE.sync = exporter is not None
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     else:
@@ -296,6 +309,8 @@ def shutdown() -> None:
     """Flush and stop exporting (at server shutdown); tracing is off afterwards."""
     provider = STATE.provider
     STATE.enabled = False
+    flush()  # what was recorded before goes out with the rest
+    STATE.sync = False
     STATE.tracer = None
     STATE.provider = None
     STATE.ratio = None
@@ -334,6 +349,122 @@ def extract(metadata: Any) -> Any:
 
 
 # ---------------------------------------------------------------- spans (call only when enabled)
+#
+# A traced request's spans are recorded on the loop as plain objects (:class:`Recorded`: name,
+# ids, parent, times, attributes, links, the exception it ended with) and built into the SDK's
+# spans later, in bulk (:func:`flush`): by a builder thread every :data:`BUILD_INTERVAL_S`
+# (the endpoint's batching exporter), or as each span ends (an exporter given: tests). The ids
+# are drawn when a span starts (as the SDK's RandomIdGenerator draws them) and the SDK builds
+# the span with them (:class:`_RecordedIds`), so a child, a link or a log line names a span
+# before it is built. A trace is rare (1% of requests, at most 10 a second by default): the
+# SDK's code run once a trace went cold between two traces and cost several times what it
+# costs warm, and evicted the requests' own; built in bulk it runs warm after the first.
+
+BUILD_INTERVAL_S = 1.0
+"""How often the builder thread builds the spans recorded since (they reach the exporter's
+batching processor this much later at most)."""
+
+_SAMPLED = 0x01  # TraceFlags.SAMPLED
+_RANDOM = 0x02  # TraceFlags.RANDOM_TRACE_ID: the trace id's low 56 bits are random
+_KINDS: dict[str, Any] = {}
+_ORDER = itertools.count()
+
+
+class Recorded:
+    """One span as the loop records it: built into the SDK's span by :func:`flush`."""
+
+    __slots__ = (
+        "attributes",
+        "end",
+        "error",
+        "flags",
+        "kind",
+        "links",
+        "name",
+        "parent",
+        "remote",
+        "span_id",
+        "start",
+        "status",
+        "trace_id",
+        "trace_state",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        attributes: dict[str, Any],
+        parent: Recorded | None,
+        remote: Any = None,
+        links: Sequence[Recorded] = (),
+        start: int | None = None,
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        self.attributes = attributes
+        self.parent = parent
+        self.remote = remote  # the caller's SpanContext (a root whose caller sent one)
+        self.links = links
+        self.trace_id: int
+        self.flags: int
+        self.trace_state: Any
+        if parent is not None:
+            self.trace_id = parent.trace_id
+            self.flags = parent.flags
+            self.trace_state = parent.trace_state
+        elif remote is not None:
+            self.trace_id = remote.trace_id
+            self.flags = _SAMPLED | (int(remote.trace_flags) & _RANDOM)
+            self.trace_state = remote.trace_state
+        else:
+            self.trace_id = _getrandbits(128) or 1
+            self.flags = _SAMPLED | _RANDOM
+            self.trace_state = None
+        self.span_id = _getrandbits(64) or 1
+        self.start = time.time_ns() if start is None else start
+        self.end = 0
+        self.error: BaseException | None = None
+        self.status: str | None = None  # an ERROR status's description
+
+    def finish(
+        self, error: BaseException | None = None, status: str | None = None, end: int | None = None
+    ) -> None:
+        """The span ends (now, or at ``end``), with ``error`` recorded (an exception event
+        and an ERROR status: ``status``, else "Type: message", as the SDK's ``with`` block
+        records an ``Exception``) if given; it is built with the others."""
+        self.end = time.time_ns() if end is None else end
+        if error is not None and (status is not None or isinstance(error, Exception)):
+            self.error = error
+            self.status = f"{type(error).__name__}: {error}" if status is None else status
+        _RECORDED.append(self)
+        if STATE.sync:
+            flush()
+        elif _builder is None:
+            _start_builder()
+
+    def get_span_context(self) -> Any:
+        """The span's OpenTelemetry ``SpanContext`` (as the SDK's span will have it)."""
+        return _span_context(self)
+
+
+class _Child:
+    """A child of the current span, current while the ``with`` block runs (an exception
+    leaving the block is recorded on it, as the SDK's ``with`` block records it)."""
+
+    __slots__ = ("span", "token")
+
+    def __init__(self, name: str, attributes: dict[str, Any] | None) -> None:
+        parent = ACTIVE.get()
+        self.span = Recorded(name, "INTERNAL", attributes or {}, parent or None)
+
+    def __enter__(self) -> Recorded:
+        self.token = ACTIVE.set(self.span)
+        return self.span
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        ACTIVE.reset(self.token)
+        self.span.finish(exc)
 
 
 def rpc_span(
@@ -345,13 +476,11 @@ def rpc_span(
     client_address: str = "",
     parent: Any = None,
     request: Any = None,
-) -> AbstractContextManager[Any]:
-    """The server span of one RPC, current while the ``with`` block runs; its parent is the
-    caller's context ``parent`` (:func:`extract`), else none (a root). ``request``: its
-    :func:`request_attributes` are the span's from the start. (The SDK's own context manager:
-    no layer of ours around it.)"""
-    from opentelemetry.trace import SpanKind
-
+) -> Recorded | None:
+    """The server span of one RPC (the caller makes it current: :data:`ACTIVE`); its parent
+    is the caller's context ``parent`` (:func:`extract`), else none (a root). ``request``: its
+    :func:`request_attributes` are the span's from the start. None: the SDK's own sampler
+    (``OTEL_TRACES_SAMPLER``, :data:`STATE.ratio` None) leaves the request out."""
     attributes: dict[str, Any] = {
         "rpc.system": system,
         "rpc.service": service,
@@ -363,51 +492,198 @@ def rpc_span(
         attributes[CLIENT_ADDRESS] = client_address
     if request is not None:
         request_attributes(request, attributes)
-    span: AbstractContextManager[Any] = STATE.tracer.start_as_current_span(
-        f"{service}/{method}", context=parent, kind=SpanKind.SERVER, attributes=attributes
-    )
+    remote = None
+    if parent is not None:
+        from opentelemetry import trace
+
+        ctx = trace.get_current_span(parent).get_span_context()
+        if ctx.is_valid:
+            remote = ctx
+    span = Recorded(f"{service}/{method}", "SERVER", attributes, None, remote)
+    if STATE.ratio is None and not _sdk_samples(span, parent):
+        return None
     return span
 
 
-def internal_span(
-    name: str, attributes: dict[str, Any] | None = None
-) -> AbstractContextManager[Any]:
+def _sdk_samples(span: Recorded, parent: Any) -> bool:
+    """The SDK's sampler's decision on a root (``OTEL_TRACES_SAMPLER``), made when it starts
+    (its children are made only if it records), as the SDK makes it on its span."""
+    from opentelemetry.trace import SpanKind
+
+    provider = STATE.provider
+    result = provider.sampler.should_sample(
+        parent, span.trace_id, span.name, SpanKind.SERVER, span.attributes, None
+    )
+    if not result.decision.is_recording():
+        return False
+    if result.decision.is_sampled() is False:
+        span.flags &= ~_SAMPLED
+    span.trace_state = result.trace_state
+    return True
+
+
+def internal_span(name: str, attributes: dict[str, Any] | None = None) -> _Child:
     """An INTERNAL span, current while the ``with`` block runs (a child of the current span)."""
-    span: AbstractContextManager[Any] = STATE.tracer.start_as_current_span(
-        name, attributes=attributes
-    )
-    return span
+    return _Child(name, attributes)
 
 
-def start_span(name: str, attributes: dict[str, Any] | None = None, links: Any = None) -> Any:
-    """A span that is not made current (the caller ends it): e.g. a store batch, written on
-    another thread, linked to the commands it carries."""
-    return STATE.tracer.start_span(name, attributes=attributes, links=links)
+def record_span(
+    name: str,
+    attributes: dict[str, Any],
+    *,
+    links: Sequence[Recorded] = (),
+    start: int,
+    end: int,
+    error: BaseException | None = None,
+) -> None:
+    """A span not made current, from ``start`` to ``end`` (nanoseconds since the epoch): e.g.
+    a store batch, written on another thread, linked to the commands it carries; ``error``: the
+    write's (an exception event and an ERROR status saying ``str(error)``)."""
+    span = Recorded(name, "INTERNAL", attributes, None, links=links, start=start)
+    span.finish(error, None if error is None else str(error), end)
 
 
 def recording() -> bool:
     """Whether the current request is traced (its RPC span records): children are made only
     then. One context-variable read."""
-    return ACTIVE.get()
+    return bool(ACTIVE.get())
 
 
 def current_span_context() -> Any:
-    """The current span's context (for links), or None when there is no recording span."""
-    from opentelemetry import trace
-
-    ctx = trace.get_current_span().get_span_context()
-    return ctx if ctx.is_valid else None
-
-
-def link(contexts: Sequence[Any]) -> list[Any]:
-    from opentelemetry.trace import Link
-
-    return [Link(c) for c in contexts]
+    """The current span (its ``trace_id`` and ``span_id``), or None outside a traced request."""
+    return ACTIVE.get() or None
 
 
 def current_attribute(name: str) -> Any:
     """An attribute of the current span (e.g. the group id an assignor run belongs to)."""
     return current_attributes().get(name)
+
+
+# ---------------------------------------------------------------- building the SDK's spans
+
+_RECORDED: deque[Recorded] = deque()
+"""Spans ended and not built yet, in the order they ended (appended on the loop)."""
+_BUILD_LOCK = threading.Lock()
+_builder: threading.Thread | None = None
+
+
+class _RecordedIds:
+    """The SDK's id generator (``TracerProvider(id_generator=...)``): the ids of the span being
+    built (:func:`_build`), drawn when it was recorded; new random ones for any other span."""
+
+    def __init__(self) -> None:
+        self.trace_id: int | None = None
+        self.span_id: int | None = None
+
+    def generate_span_id(self) -> int:
+        span_id = self.span_id
+        if span_id is None:
+            return _getrandbits(64) or 1
+        self.span_id = None
+        return span_id
+
+    def generate_trace_id(self) -> int:
+        trace_id = self.trace_id
+        if trace_id is None:
+            return _getrandbits(128) or 1
+        self.trace_id = None
+        return trace_id
+
+    def is_trace_id_random(self) -> bool:
+        return True
+
+
+def flush() -> None:
+    """Build every span recorded since the last time into the SDK's spans, in the order they
+    ended (handing them to the provider's span processors). Any thread; one at a time."""
+    with _BUILD_LOCK:
+        recorded = _RECORDED
+        while recorded:
+            span = recorded.popleft()
+            if STATE.tracer is None:  # tracing was switched off meanwhile
+                recorded.clear()
+                return
+            try:
+                _build(span)
+            except Exception:  # building one span never stops the others
+                log.exception("Building the span %s failed", span.name)
+
+
+def _span_context(span: Recorded) -> Any:
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    return SpanContext(
+        span.trace_id,
+        span.span_id,
+        is_remote=False,
+        trace_flags=TraceFlags(span.flags),
+        trace_state=span.trace_state,
+    )
+
+
+def _build(span: Recorded) -> None:
+    from opentelemetry import context as context_api
+    from opentelemetry import trace
+    from opentelemetry.trace import Link, NonRecordingSpan, SpanKind, Status, StatusCode
+
+    kind = _KINDS.get(span.kind)
+    if kind is None:
+        kind = _KINDS[span.kind] = getattr(SpanKind, span.kind)
+    parent = span.parent
+    parent_ctx = _span_context(parent) if parent is not None else span.remote
+    context = context_api.Context()
+    if parent_ctx is not None:
+        context = trace.set_span_in_context(NonRecordingSpan(parent_ctx), context)
+    tracer = STATE.tracer
+    ids = getattr(STATE.provider, "id_generator", None)
+    if isinstance(ids, _RecordedIds):
+        ids.trace_id, ids.span_id = span.trace_id, span.span_id
+    try:
+        built = tracer.start_span(
+            span.name,
+            context=context,
+            kind=kind,
+            attributes=span.attributes,
+            links=[Link(_span_context(s)) for s in span.links] or None,
+            start_time=span.start,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+    finally:
+        if isinstance(ids, _RecordedIds):
+            ids.trace_id = ids.span_id = None
+    if span.error is not None and built.is_recording():
+        built.record_exception(span.error, timestamp=span.end)
+        built.set_status(Status(StatusCode.ERROR, span.status))
+    built.end(end_time=span.end)
+
+
+def _build_forever() -> None:
+    while True:
+        time.sleep(BUILD_INTERVAL_S)
+        if _RECORDED:
+            flush()
+
+
+def _start_builder() -> None:
+    """Build the recorded spans every :data:`BUILD_INTERVAL_S` from now on (one daemon thread
+    for the process, started with the first span recorded)."""
+    global _builder
+    with _BUILD_LOCK:
+        if _builder is None:
+            _builder = threading.Thread(target=_build_forever, name="kip848-spans", daemon=True)
+            _builder.start()
+
+
+def _forget_builder() -> None:
+    """In a forked child: the parent's builder thread is not there, its lock may be held."""
+    global _builder, _BUILD_LOCK
+    _builder = None
+    _BUILD_LOCK = threading.Lock()
+    _RECORDED.clear()
+
+
+os.register_at_fork(after_in_child=_forget_builder)
 
 
 def request_attributes(request: Any, into: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -447,20 +723,5 @@ def response_attributes(response: Any, into: dict[str, Any] | None = None) -> di
 
 def current_attributes() -> Mapping[str, Any]:
     """The attributes of the current span (empty without one)."""
-    from opentelemetry import trace
-
-    return getattr(trace.get_current_span(), "attributes", None) or {}
-
-
-def set_request_attributes(span: Any, request: Any) -> None:
-    """:func:`request_attributes` on ``span`` (one call into the SDK)."""
-    attributes = request_attributes(request)
-    if attributes:
-        span.set_attributes(attributes)
-
-
-def set_response_attributes(span: Any, response: Any) -> None:
-    """:func:`response_attributes` on ``span`` (one call into the SDK)."""
-    attributes = response_attributes(response)
-    if attributes:
-        span.set_attributes(attributes)
+    span = ACTIVE.get()
+    return span.attributes if span else {}

@@ -6,6 +6,7 @@ method table, as a forwarded call does."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
 import types
@@ -324,3 +325,59 @@ def test_at_the_default_exactly_the_drawn_roots_the_limit_admits_are_traced() ->
     assert [int((s.attributes or {})[tracing.GROUP_ID]) for s in spans] == expected
     assert 250 <= drawn_count <= 350  # about 1%
     assert 39 <= len(expected) <= 40  # 10 at once, then 10 a second
+
+
+async def test_spans_are_recorded_on_the_loop_and_built_later_with_the_ids_they_were_given(
+    table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the endpoint's batching exporter a traced request's spans are recorded on the loop
+    and built into the SDK's spans later, in bulk (tracing.flush: the builder thread every
+    BUILD_INTERVAL_S): nothing reaches the exporter before, then every span does, with the
+    ids it was given as it started (the command's parent is the RPC span, the RPC's the
+    caller's), its attributes, and the error it ended with."""
+    exporter = InMemorySpanExporter()
+    traced(exporter, 1.0)
+    tracing.STATE.sync = False  # as configure(endpoint) leaves it
+    build = tracing.flush
+    monkeypatch.setattr(tracing, "flush", lambda: None)  # no builder thread's flush in between
+    monkeypatch.setattr(tracing, "_builder", object())  # (and none started)
+    await table.describe(("traceparent", SAMPLED))
+    assert exporter.get_finished_spans() == ()
+    recorded = list(tracing._RECORDED)
+    assert [s.name for s in recorded] == ["shard.describe_group", SPAN]
+    build()
+    command, rpc = exporter.get_finished_spans()
+    assert (command.name, rpc.name) == ("shard.describe_group", SPAN)
+    assert [(s.context.trace_id, s.context.span_id) for s in (command, rpc)] == [
+        (s.trace_id, s.span_id) for s in recorded
+    ]
+    assert format(rpc.context.trace_id, "032x") == TRACE_ID
+    assert format(rpc.parent.span_id, "016x") == "b7ad6b7169203331" and rpc.parent.is_remote
+    assert command.parent.span_id == rpc.context.span_id and not command.parent.is_remote
+    assert command.context.trace_flags.sampled and rpc.context.trace_flags.sampled
+    assert dict(rpc.attributes)[tracing.ERROR_CODE] == "GROUP_ID_NOT_FOUND"
+    assert (rpc.start_time, rpc.end_time) == (recorded[1].start, recorded[1].end)
+
+    # A span that ends with an exception: the exception event and the ERROR status, as the
+    # SDK's with-block records them; a write's error says str(error).
+    failed = tracing.Recorded("shard.heartbeat", "INTERNAL", {}, None)
+    failed.finish(ValueError("bad"))
+    tracing.record_span("store.append", {}, links=[failed], start=1, end=2, error=OSError("io"))
+    build()
+    shard, batch = exporter.get_finished_spans()[2:]
+    assert shard.status.description == "ValueError: bad"
+    assert [e.name for e in shard.events] == ["exception"]
+    assert shard.events[0].attributes["exception.type"] == "ValueError"
+    assert (batch.status.description, batch.start_time, batch.end_time) == ("io", 1, 2)
+    assert [link.context.span_id for link in batch.links] == [shard.context.span_id]
+
+    # The builder thread builds them on its own, every BUILD_INTERVAL_S.
+    monkeypatch.setattr(tracing, "flush", build)
+    monkeypatch.setattr(tracing, "_builder", None)
+    monkeypatch.setattr(tracing, "BUILD_INTERVAL_S", 0.01)
+    await table.describe()
+    for _ in range(500):
+        if len(exporter.get_finished_spans()) == 6:
+            break
+        await asyncio.sleep(0.01)
+    assert [s.name for s in exporter.get_finished_spans()[4:]] == ["shard.describe_group", SPAN]
