@@ -363,6 +363,12 @@ def extract(metadata: Any) -> Any:
 BUILD_INTERVAL_S = 1.0
 """How often the builder thread builds the spans recorded since (they reach the exporter's
 batching processor this much later at most)."""
+BUILD_BATCH = 512
+"""Spans recorded that wake the builder before its interval is over (the SDK's batching
+processor exports this many at once by default and holds 2,048: a burst of traces, or every
+request traced, reaches it in batches as it did span by span, not a second's worth at once)."""
+BUILD_STEP = 128
+"""Spans built before the builder leaves the exporter's thread a millisecond."""
 
 _SAMPLED = 0x01  # TraceFlags.SAMPLED
 _RANDOM = 0x02  # TraceFlags.RANDOM_TRACE_ID: the trace id's low 56 bits are random
@@ -437,11 +443,14 @@ class Recorded:
         if error is not None and (status is not None or isinstance(error, Exception)):
             self.error = error
             self.status = f"{type(error).__name__}: {error}" if status is None else status
-        _RECORDED.append(self)
+        recorded = _RECORDED
+        recorded.append(self)
         if STATE.sync:
             flush()
         elif _builder is None:
             _start_builder()
+        elif not len(recorded) % BUILD_BATCH:
+            _WAKE.set()
 
     def get_span_context(self) -> Any:
         """The span's OpenTelemetry ``SpanContext`` (as the SDK's span will have it)."""
@@ -564,6 +573,7 @@ def current_attribute(name: str) -> Any:
 _RECORDED: deque[Recorded] = deque()
 """Spans ended and not built yet, in the order they ended (appended on the loop)."""
 _BUILD_LOCK = threading.Lock()
+_WAKE = threading.Event()
 _builder: threading.Thread | None = None
 
 
@@ -595,10 +605,16 @@ class _RecordedIds:
 
 def flush() -> None:
     """Build every span recorded since the last time into the SDK's spans, in the order they
-    ended (handing them to the provider's span processors). Any thread; one at a time."""
+    ended (handing them to the provider's span processors). Any thread; one at a time; a
+    millisecond is left to the other threads (the exporter's, draining its queue) after every
+    :data:`BUILD_STEP` spans."""
     with _BUILD_LOCK:
         recorded = _RECORDED
+        built = 0
         while recorded:
+            built += 1
+            if not built % BUILD_STEP:
+                time.sleep(0.001)
             span = recorded.popleft()
             if STATE.tracer is None:  # tracing was switched off meanwhile
                 recorded.clear()
@@ -660,7 +676,8 @@ def _build(span: Recorded) -> None:
 
 def _build_forever() -> None:
     while True:
-        time.sleep(BUILD_INTERVAL_S)
+        _WAKE.wait(BUILD_INTERVAL_S)
+        _WAKE.clear()
         if _RECORDED:
             flush()
 
@@ -677,9 +694,10 @@ def _start_builder() -> None:
 
 def _forget_builder() -> None:
     """In a forked child: the parent's builder thread is not there, its lock may be held."""
-    global _builder, _BUILD_LOCK
+    global _builder, _BUILD_LOCK, _WAKE
     _builder = None
     _BUILD_LOCK = threading.Lock()
+    _WAKE = threading.Event()
     _RECORDED.clear()
 
 

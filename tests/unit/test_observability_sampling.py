@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import threading
+import time
 import types
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -381,3 +383,29 @@ async def test_spans_are_recorded_on_the_loop_and_built_later_with_the_ids_they_
             break
         await asyncio.sleep(0.01)
     assert [s.name for s in exporter.get_finished_spans()[4:]] == ["shard.describe_group", SPAN]
+
+
+def test_a_burst_of_spans_wakes_the_builder_every_batch_of_the_exporter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every BUILD_BATCH spans recorded wake the builder before its interval is over, so the
+    exporter's batching processor (a queue of 2,048) gets a burst in batches, not a second's
+    worth at once; and the build leaves the exporter's thread a millisecond every BUILD_STEP."""
+    exporter = InMemorySpanExporter()
+    traced(exporter, 1.0)
+    tracing.STATE.sync = False
+    monkeypatch.setattr(tracing, "_builder", object())  # as if running: woken, not started
+    monkeypatch.setattr(tracing, "_WAKE", threading.Event())
+    monkeypatch.setattr(tracing, "BUILD_BATCH", 4)
+    for n in range(1, 9):
+        tracing.Recorded("s", "INTERNAL", {}, None).finish()
+        assert tracing._WAKE.is_set() == (n == 4 or n == 8), n
+        if n == 4:
+            tracing._WAKE.clear()  # the builder woke
+    monkeypatch.setattr(tracing, "BUILD_STEP", 3)
+    naps: list[float] = []
+    clock = types.SimpleNamespace(sleep=naps.append, time_ns=time.time_ns)
+    monkeypatch.setattr(tracing, "time", clock)  # this module's naps only
+    tracing.flush()
+    assert len(exporter.get_finished_spans()) == 8
+    assert naps == [0.001, 0.001]  # after the 3rd and the 6th
