@@ -101,7 +101,9 @@ def _next(
     revoke: dict[TopicId, frozenset[int]] = {}
     to_add: dict[TopicId, frozenset[int]] = {}
     unreleased = False
-    for topic_id in target.keys() | assigned.keys():
+    # The target's topics in its order, then the assigned ones it dropped: never a set's order,
+    # which follows the string hash and changes from one process to the next.
+    for topic_id in [*target, *(t for t in assigned if t not in target)]:
         tgt = target.get(topic_id, frozenset())
         cur = assigned.get(topic_id, frozenset())
         keep = cur & tgt
