@@ -25,6 +25,11 @@ def why_not_converged(sim: Any) -> str:
             for _t, _s, kind, pl in sim.queue
             if kind == "coordinator" and pl[0] == sim.coord.gen and pl[1] == "worker"
         }
+        | (
+            {"a coordinator partition's move"}
+            if sim.coord.moves is not None and sim.coord.moves.under_way()
+            else set()
+        )
         | {
             "delayed or stale request"
             for at, _s, kind, pl in sim.queue

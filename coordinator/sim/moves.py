@@ -235,6 +235,13 @@ class PartitionMoves:
             sim._log(f"  the held write of {len(batch.records)} records: {fate}")
         coord._event(loaded, f"partition {p} loaded", partial(self.load, p))
 
+    def under_way(self) -> bool:
+        """Is a move still playing out: its partition not loaded again yet, or a write it held
+        or left outstanding not answered yet? A move begun before the faults stop goes on after
+        (it may wait up to :data:`FIRING_HOLD_MAX_MS` for a write to hold, then drop the
+        partition): a fault's follow-up, which convergence (invariant I5) waits for."""
+        return self.moving is not None or bool(self.landed) or bool(self.old)
+
     def behind(self) -> bool:
         """Is the node's committed state behind the store (a batch landed, its answer not
         back yet)? Its committed reads answer what it knows to be durable: not judged against

@@ -345,6 +345,8 @@ class Simulation:
                     self.faults_on = False
                     self.quiet_since = self.now
                     self._log(f"faults stop; liveness bound {bound} ms")
+                    if self.coord.moves is not None and self.coord.moves.under_way():
+                        s.events["partition-move-under-way-when-faults-stop"] += 1
                 if not self.faults_on:
                     if self._converged():
                         if stable_at is None:
