@@ -23,8 +23,8 @@ enabled actions are:
 With ``turns``: ``turn i j`` — the coordinator's loop was held up, so client i's and client
 j's oldest requests queue on the shard and run one after the other in one turn, their callers
 resuming after both (a command queued behind a parked one in the same turn). With
-``duplicates``: ``dup i`` — client i's oldest request in flight is delivered twice (a resent
-copy; once per path). Classic clients also ``rejoin i``: the member starts a new JoinGroup (the
+``duplicates``: ``dup i`` — client i's oldest request in flight is delivered twice in a row
+(once per path; nothing runs between the two, as on one connection). Classic clients also ``rejoin i``: the member starts a new JoinGroup (the
 leader saw the metadata change, the application asked), and start as the members of a settled
 group (generation 1, c0 its leader): the search begins there.
 
@@ -662,9 +662,11 @@ class Explorer:
         elif verb == "deliver":
             label = f"deliver {i}: {self._deliver(i)}"
         elif verb == "dup":
+            # Delivered twice in a row, nothing between the two (docs/simulation.md, Faults).
             self.dups += 1
             self.requests[i] = (self.requests[i][0], *self.requests[i])
-            label = f"dup {i}: corr {self.requests[i][0][0]} is delivered twice"
+            first = self._deliver(i)
+            label = f"dup {i}: {first}, then again: {self._deliver(i)}"
         elif verb == "lose-req":
             self.requests[i] = self.requests[i][1:]
         elif verb == "respond":

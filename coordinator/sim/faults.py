@@ -217,6 +217,7 @@ class FaultInjector:
             sim.fifo.clear()
             sim.resp_fifo.clear()
             sim.busy_until, sim.postponed = 0, []  # its requests die with the process
+            sim.duplicated, sim.copies_due, sim.behind_copies = set(), set(), []
             sim.summary.restarts += 1
             sim.coord.restart()
 

@@ -10,7 +10,8 @@ Theory of operation
   rebalance timeout), a fault — is one *step*.
 * The network is per-client FIFO (a TCP connection): a request is never overtaken by a later
   request of the same client. Faults: ``lose-request``, ``lose-response``, ``duplicate`` (a second
-  copy is processed right after the first; its response is ignored by correlation id), ``delay``
+  copy is processed right after the first, no other request between them; its response is
+  ignored by correlation id), ``delay``
   (a request arrives after the client's request timeout — the client retries and the retry queues
   behind it). ``reorder`` (off in ``all``) breaks FIFO and models requests that cross connections.
 * Client faults: ``crash`` (process dies, restarts later with a new member id), ``static-bounce``
@@ -153,6 +154,11 @@ class Simulation:
         self.tick_serial = 0
         self.busy_until = 0  # busy-loop: requests arriving before this are read then
         self.postponed: list[Callable[[], None]] = []
+        # duplicate: requests whose copy follows (client, corr); copies due (their original
+        # ran); what arrived between an original and its copy, run right after the copy
+        self.duplicated: set[tuple[int, int]] = set()
+        self.copies_due: set[tuple[int, int]] = set()
+        self.behind_copies: list[tuple[Callable[[], None], Any, Any]] = []
         self.injector = FaultInjector(self)
         self.topic_names = [f"t{i}" for i in range(params.topics)]
         self.topic_label: dict[str, str] = {}
@@ -513,6 +519,7 @@ class Simulation:
             self._schedule(at, "deliver", (i, corr, req, self.coord.gen, False))
             if self.fault("duplicate"):
                 self.summary.faults["duplicate"] += 1
+                self.duplicated.add((i, corr))
                 self.fifo[i] = at + 1
                 self._schedule(at + 1, "deliver", (i, corr, req, self.coord.gen, True))
                 self._log(f"  fault: request corr={corr} duplicated")
@@ -520,17 +527,46 @@ class Simulation:
             self._arm_tick(i, c.heartbeat_interval_ms)
 
     def _on_deliver(self, i: int, corr: int, req: Any, gen: int, dup: bool) -> None:
+        key = (i, corr)
         if gen != self.coord.gen:
             self._log(f"request corr={corr} from c{i} lost in a coordinator restart")
+            self.duplicated.discard(key)
+            if dup and key in self.copies_due:
+                self.when_running(lambda: None, copy=key)
             return
-        self.when_running(lambda: self._submit(i, corr, req, dup))
+        self.when_running(
+            lambda: self._submit(i, corr, req, dup),
+            copy=key if dup else None,
+            original=key if not dup and key in self.duplicated else None,
+        )
 
-    def when_running(self, submit: Callable[[], None]) -> None:
-        """Submit now, or — the loop is busy (``busy-loop``) — when it runs again."""
+    def when_running(
+        self,
+        submit: Callable[[], None],
+        *,
+        copy: tuple[int, int] | None = None,
+        original: tuple[int, int] | None = None,
+    ) -> None:
+        """Submit now, or — the loop is busy (``busy-loop``) — when it runs again. A request
+        arriving between a duplicated request and its copy (``duplicate``) waits for the copy
+        and runs right after it: no other request runs between the two."""
+        if self.copies_due and (copy is None or copy not in self.copies_due):
+            self.behind_copies.append((submit, copy, original))
+            return
+        if original is not None:
+            self.duplicated.discard(original)
+            self.copies_due.add(original)
         if self.now < self.busy_until:
             self.postponed.append(submit)
         else:
             submit()
+        if copy is not None:
+            self.copies_due.discard(copy)
+            if not self.copies_due and self.behind_copies:
+                behind, self.behind_copies = self.behind_copies, []
+                self.summary.events["request-held-behind-a-duplicate"] += len(behind)
+                for held, held_copy, held_original in behind:
+                    self.when_running(held, copy=held_copy, original=held_original)
 
     def _on_resume(self) -> None:
         """The busy loop runs again: its shard spent its share, so the requests read now queue

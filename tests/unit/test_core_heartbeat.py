@@ -586,6 +586,53 @@ def test_fenced_member_rejoining_with_epoch_zero_releases_what_it_was_revoking()
     assert res.timers == [CancelTimer((REBALANCE, G, "A")), ArmTimer((SESSION, G, "A"), SESSION_MS)]
 
 
+def test_a_join_sent_again_after_the_group_moved_on_releases_what_it_reports_not_owning() -> None:
+    """A join (epoch 0, owned = []) of a member already at a higher epoch is accepted
+    (KAFKA-19233: Kafka 4.3 validates nothing of an epoch-0 heartbeat of a known member) and
+    reconciled with the partitions it reports, as every heartbeat is (CurrentAssignmentBuilder:
+    a partition to revoke that the member does not own is released at once). A copy of A's
+    first join handled after B joined therefore hands B's partitions over without revocation:
+    right for a client that sent it then (it owns nothing), wrong for one that took the first
+    join's answer, which no client on one connection can do (docs/simulation.md, Faults:
+    ``duplicate``)."""
+    h, foo = one_member(7)  # A joined: epoch 1, foo-0..6
+    res = h.join("B", ["foo"])  # B's target 1,3,5 waits for A to release them
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned={}, pending=p(foo, 1, 3, 5)),
+    )
+    assert res.records == [
+        mm("B"),
+        r.group_epoch_record(G, 2, uid(h)),
+        r.target_assignment_record(G, "A", p(foo, 0, 2, 4, 6)),
+        r.target_assignment_record(G, "B", p(foo, 1, 3, 5)),
+        r.target_assignment_epoch_record(G, 2),
+        ca("B", 2, 0, UNRELEASED, {}),
+    ]
+    res = h.join("A", ["foo"])  # A's first join again: epoch 0, owned = []
+    assert res.response == Resp(
+        member_id="A",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 0, 2, 4, 6), pending={}),
+    )
+    assert res.records == [
+        ca("A", 2, 1, STABLE, p(foo, 0, 2, 4, 6), epochs={1: p(foo, 0, 2, 4, 6)})
+    ]
+    assert res.timers == [CancelTimer((REBALANCE, G, "A")), ArmTimer((SESSION, G, "A"), SESSION_MS)]
+    res = h.heartbeat_result(member_id="B", member_epoch=2)
+    assert res.response == Resp(
+        member_id="B",
+        member_epoch=2,
+        heartbeat_interval_ms=HB_MS,
+        assignment=HA(assigned=p(foo, 1, 3, 5), pending={}),
+    )
+    assert res.records == [ca("B", 2, 2, STABLE, p(foo, 1, 3, 5), epochs={2: p(foo, 1, 3, 5)})]
+    check_replay(h)
+
+
 # --------------------------------------------------------------------------- leaving
 
 
