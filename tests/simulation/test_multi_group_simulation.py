@@ -296,7 +296,18 @@ def test_a_duplicated_request_is_processed_right_after_its_original(
         return request(self, req, reply, label, **{**kw, "after": note})
 
     monkeypatch.setattr(sim_coordinator.SimCoordinator, "request", noted)
-    s = Simulation(
+    s = _three_groups_with_moves(seed)
+    assert s.violation is None, s.violation.report
+    assert s.events["request-held-behind-a-duplicate"] == 1
+    copies = [k for k, label in enumerate(ran) if "(dup)" in label]
+    assert len(copies) >= 2
+    assert [ran[k - 1] for k in copies] == [ran[k].replace(" (dup)", "") for k in copies]
+
+
+def _three_groups_with_moves(seed: int) -> Any:
+    """One run of the sweep's three-group fleet (``--faults all,partition-move --groups 3
+    --coordinator-partitions 2``, 300 steps): its summary."""
+    return Simulation(
         SimParams(
             seed=seed,
             steps=300,
@@ -305,11 +316,6 @@ def test_a_duplicated_request_is_processed_right_after_its_original(
             coordinator_partitions=2,
         )
     ).run()
-    assert s.violation is None, s.violation.report
-    assert s.events["request-held-behind-a-duplicate"] == 1
-    copies = [k for k, label in enumerate(ran) if "(dup)" in label]
-    assert len(copies) >= 2
-    assert [ran[k - 1] for k in copies] == [ran[k].replace(" (dup)", "") for k in copies]
 
 
 def test_seed_7386_of_the_sweep_holds() -> None:
@@ -318,14 +324,6 @@ def test_seed_7386_of_the_sweep_holds() -> None:
     test_simulation.py::test_a_seed_reproduces_in_another_process_whatever_the_string_hash):
     a join's duplicated copy ran after c2's join. Its duplicates now run next to their
     originals, and its trace is the same in every process."""
-    s = Simulation(
-        SimParams(
-            seed=7386,
-            steps=300,
-            faults=parse_faults("all,partition-move"),
-            groups=3,
-            coordinator_partitions=2,
-        )
-    ).run()
+    s = _three_groups_with_moves(7386)
     assert s.violation is None, s.violation.report
     assert s.faults["duplicate"] > 0

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import test_cluster_log_reload
 from cluster_log_steps import alter_session_timeout, append_records, start_catch_up, watch_parts
-from test_cluster_log_catch_up_steps import mixed_append, mixed_reads
+from test_cluster_log_catch_up_steps import mixed_append, mixed_follower, mixed_reads
 from test_cluster_log_reload import SESSION_TIMEOUT, Node, acl, node, upsert
 from test_server_authorization import ADMIN
 
@@ -89,11 +89,7 @@ async def test_own_writes_and_a_next_append_during_an_append_in_parts_land_after
     monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
     rng = random.Random(seed)
     async with node(open_store, 1) as writer, node(open_store, 2) as behind:
-        behind.rt.ids._n = 100  # type: ignore[attr-defined]  # its topic ids apart
-        await writer.rt.create_topics([NewTopic(name="t", num_partitions=1)])
-        await behind.follow(writer)
-        mixed_reads(behind)  # the authorizer decides from the start
-        before = mixed_reads(behind)
+        before = await mixed_follower(writer, behind)
         await append_records(writer, mixed_append())
         if how == "reload":  # cut off past the journal's retention: the view's changes
             writer.store.expire_journal(2**62)

@@ -327,6 +327,16 @@ def mixed_append() -> list[Any]:
     ]
 
 
+async def mixed_follower(writer: Node, behind: Node) -> tuple[Any, ...]:
+    """``behind`` (its topic ids apart from the writer's) following ``writer`` after it created
+    topic ``t``, its authorizer already deciding: its :func:`mixed_reads` before an append."""
+    behind.rt.ids._n = 100  # type: ignore[attr-defined]  # its topic ids apart
+    await writer.rt.create_topics([NewTopic(name="t", num_partitions=1)])
+    await behind.follow(writer)
+    mixed_reads(behind)  # the authorizer decides from the start
+    return mixed_reads(behind)
+
+
 def mixed_reads(n: Node) -> tuple[Any, ...]:
     """Every read of the cluster log's state on node ``n``: topics (:func:`every_read`), ACLs
     and credentials (:func:`security_reads`), the group configs DescribeConfigs reads (the

@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 from cluster_log_steps import append_records, shared_memory, start_catch_up, watch_parts
-from test_cluster_log_catch_up_steps import mixed_append, mixed_reads
+from test_cluster_log_catch_up_steps import mixed_append, mixed_follower, mixed_reads
 from test_cluster_log_reload import node
 
 from coordinator.core import records as r
-from coordinator.core.topics import NewTopic
 from coordinator.runtime import partitions as partitions_module
 
 STEP = 3
@@ -44,11 +43,7 @@ async def test_a_reload_called_for_while_an_append_is_applied_in_parts_begins_on
     monkeypatch.setattr(partitions_module, "STEP_RECORDS", STEP, raising=False)
     _shared, open_store = shared_memory()
     async with node(open_store, 1) as writer, node(open_store, 2) as behind:
-        behind.rt.ids._n = 100  # type: ignore[attr-defined]  # its topic ids apart
-        await writer.rt.create_topics([NewTopic(name="t", num_partitions=1)])
-        await behind.follow(writer)
-        mixed_reads(behind)  # the authorizer decides from the start
-        before = mixed_reads(behind)
+        before = await mixed_follower(writer, behind)
         await append_records(writer, mixed_append())
         first = mixed_reads(writer)
         applications: list[tuple[str, str]] = []  # (what, "begins" or "ends"), in order
