@@ -30,6 +30,7 @@ from coordinator.core.offsets import (
 from . import invariants as inv
 from .classic_client import ClassicClient
 from .client import MEMBER
+from .isolation import offset_held, topic_names
 
 STALE_COMMIT_VIEWS = 4
 """A stale commit replays one of a client's last commits (member id, epoch, partitions)."""
@@ -184,12 +185,9 @@ def commit_offsets(sim: Any, i: int) -> None:
         if not ran:
             return
         durable = sim.coord.replica_of(gid).snapshot().get("offsets", {}).get(gid, {})
-        names = {t.topic_id: n for n, t in sim.coord.registry.topics.items()}
+        names = topic_names(sim.coord)
         landed = [
-            key
-            for key, offset in offsets.items()
-            if (value := durable.get(f"{names.get(key[0])}-{key[1]}")) is not None
-            and value.offset == offset
+            key for key, offset in offsets.items() if offset_held(durable, names, key) == offset
         ]
         if landed:
             sim.summary.events["commit-landed-unanswered-at-restart"] += 1

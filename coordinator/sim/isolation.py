@@ -26,7 +26,7 @@ Everything durable is seen through the I4 replicas' feed (:meth:`durable`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from coordinator.core import records as r
@@ -230,7 +230,7 @@ class Isolation:
     def acknowledged_survive(self, when: str) -> None:
         """Every offset a group's commit was answered with still stands (its topic alive)."""
         coord = self.coord
-        live = {t.topic_id: n for n, t in coord.registry.topics.items()}
+        live = topic_names(coord)
         offsets: dict[int, Any] = {}
         for g in self.sim.groups:
             index = coord.partition_of(g.gid)
@@ -239,17 +239,29 @@ class Isolation:
             if index not in offsets:
                 offsets[index] = coord.shards[index].snapshot().get("offsets", {})
             stored = offsets[index].get(g.gid, {})
-            for (topic_id, p), offset in sorted(g.committed.items()):
-                name = live.get(topic_id)
-                if name is None:
+            for key, offset in sorted(g.committed.items()):
+                if key[0] not in live:
                     continue
-                value = stored.get(f"{name}-{p}")
-                if value is None or value.offset != offset:
+                held = offset_held(stored, live, key)
+                if held != offset:
                     self._fail(
-                        f"after {when}, group {g.gid}'s offset of {name}-{p} is "
-                        f"{None if value is None else value.offset}, but a commit of it was "
-                        f"answered accepted at {offset}"
+                        f"after {when}, group {g.gid}'s offset of {live[key[0]]}-{key[1]} is "
+                        f"{held}, but a commit of it was answered accepted at {offset}"
                     )
+
+
+def topic_names(coord: Any) -> dict[str, str]:
+    """Topic id -> name, of the simulated coordinator's topics alive."""
+    return {t.topic_id: n for n, t in coord.registry.topics.items()}
+
+
+def offset_held(stored: Mapping[str, Any], names: Mapping[str, str], key: tuple[str, int]) -> Any:
+    """The offset a group's ``stored`` offsets (as a shard's snapshot keeps them, by
+    ``name-partition``) hold for ``key`` (topic id, partition), its topic named by ``names``;
+    None when they hold none or the topic is not among ``names``."""
+    name = names.get(key[0])
+    value = None if name is None else stored.get(f"{name}-{key[1]}")
+    return None if value is None else value.offset
 
 
 def _outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
