@@ -280,8 +280,11 @@ class CoordinatorService:
         return self.runtime.topic_name(topic_id)
 
     def topic_exists(self, name: str) -> bool:
-        """Whether the topic registry knows a topic of that name."""
-        return name in self.runtime.registry.image().by_name
+        """Whether a topic of that name exists as of the cluster log's last durable write
+        (``runtime/committed.py``), as the authorizer decides on its committed ACLs: a refusal
+        of a client that may describe the topic names it unknown (UNKNOWN_TOPIC_OR_PARTITION)
+        or refused by this, never by a CreateTopics or DeleteTopics still in flight."""
+        return name in self.runtime.committed.registry.image().by_name
 
     def scram_credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         """The stored SCRAM credential of ``user`` for ``mechanism`` (None: none): what the

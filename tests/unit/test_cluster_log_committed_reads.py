@@ -71,6 +71,12 @@ def deny_group(group: str) -> AclSpec:
     return replace(acl(group), resource_type=int(ResourceType.GROUP), permission_type=2)
 
 
+async def exists(admin: Admin, name: str) -> bool:
+    """Whether the service knows topic ``name`` (what decides between UNKNOWN_TOPIC_OR_PARTITION
+    and an authorization error in a refusal of a client that may describe it)."""
+    return admin.service.topic_exists(name)
+
+
 @dataclass(frozen=True)
 class Case:
     """A write to the cluster log, the read that shows it, and that read's answer before and
@@ -96,6 +102,20 @@ CASES = {
         Admin.topics,
         {"t": 2},
         {},
+    ),
+    "CreateTopics / whether a topic exists (a refusal's UNKNOWN_TOPIC_OR_PARTITION)": Case(
+        lambda s: s.create_topics(
+            TopicChanges(entries=[NewTopic(name="n", num_partitions=3)], timeout_ms=30_000), ADMIN
+        ),
+        lambda a: exists(a, "n"),
+        False,
+        True,
+    ),
+    "DeleteTopics / whether a topic exists": Case(
+        lambda s: s.delete_topics(TopicChanges(entries=["t"], timeout_ms=30_000), ADMIN),
+        lambda a: exists(a, "t"),
+        True,
+        False,
     ),
     "CreateAcls / DescribeAcls": Case(
         lambda s: s.create_acls([acl("new")], ADMIN), Admin.acls, ["kept"], ["kept", "new"]
