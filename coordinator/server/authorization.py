@@ -253,7 +253,9 @@ class RequestAuthorizer:
     def names(self, caller: Caller, name_of: Callable[[str], str]) -> Callable[[str], str]:
         """``name_of`` (a topic id's name, for an answer) as ``caller`` may see it: "" for a
         topic it may not DESCRIBE. Kafka holds a topic id no secret and its name one; a member
-        can be assigned such a topic through a regex another member resolved (KAFKA-19147)."""
+        can be assigned such a topic through a regex another member resolved (KAFKA-19147).
+        Decided as the ACLs are now (no ACL: ``name_of`` itself): make one per answer, never
+        one for a stream's every message."""
         if self.authorizer.open:
             return name_of
 

@@ -361,15 +361,16 @@ async def _consumer_group_watch(
     caller carries the client's address and id, as every request's may (host ACLs, audit).
     Its credentials are checked again before each message, as each unary call's are: once its
     bearer token has expired the stream ends UNAUTHENTICATED (a client opens it again with its
-    current token)."""
+    current token). Each message names only the topics the caller may describe as the ACLs are
+    when it is sent (a stream opened while no ACL existed included)."""
     caller = await self.authenticated_caller(context, True)
     req = WatchRequest(group_id=request.group_id, member_id=request.member_id)
-    name_of = self.service.authz.names(caller, self.service.topic_name)
+    authz, topic_name = self.service.authz, self.service.topic_name
     try:
         async with contextlib.aclosing(self.service.consumer_group_watch(req, caller)) as events:
             async for event in events:
                 await self.authenticated_caller(context, False)
-                yield convert.watch_event_to_proto(event, name_of)
+                yield convert.watch_event_to_proto(event, authz.names(caller, topic_name))
     except ShuttingDown as exc:
         await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
 
