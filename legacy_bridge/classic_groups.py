@@ -587,7 +587,11 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
             return self._ctx.run(self.members.leave, consumer, req, now_ms)
         group = self._by_group.get(req.group_id)
         if group is None:
-            raise UnknownMemberIdError(f"Group {req.group_id} not found.")
+            # As Kafka's GroupCoordinatorService.leaveGroup: "Group was not found" is each
+            # member's UNKNOWN_MEMBER_ID, with no top-level error.
+            missing = UnknownMemberIdError(f"Group {req.group_id} not found.")
+            out = tuple(leave_error(ident, missing) for ident in req.members)
+            return Result(response=m.LeaveGroupResponse(members=out))
         return self._ctx.run(self._leave, group, req, now_ms)
 
     def _leave(

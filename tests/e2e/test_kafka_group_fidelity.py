@@ -13,6 +13,8 @@ import test_kafka_listener
 from kafka_support import KafkaClient, KafkaServer, request
 from kio.schema.errors import ErrorCode as E
 
+from coordinator.server.kafka import wire
+
 server = test_kafka_listener.server  # the fixtures: a coordinator-only listener
 client = test_kafka_listener.client
 
@@ -252,3 +254,33 @@ def test_a_static_leader_back_in_a_stable_group_by_version(
         "Stable",
         [again.member_id],
     )
+
+
+def test_leave_of_a_group_that_does_not_exist_by_version(client: KafkaClient) -> None:
+    """Kafka's GroupCoordinatorService.leaveGroup answers a group it does not have ("Group
+    was not found") with no top-level error and each member named UNKNOWN_MEMBER_ID (v3+);
+    before v3 only the top-level code exists, and it is the member's."""
+    members = [
+        {"member_id": "ghost", "group_instance_id": None, "reason": None},
+        {"member_id": "", "group_instance_id": "i-ghost", "reason": "closing"},
+    ]
+    left: Any = client.call(request(13, 5, group_id="fid-no-such-group", members=members))
+    assert left == wire.build(
+        wire.response_class(13, 5),
+        error_code=E.none,
+        members=[
+            {"member_id": "ghost", "group_instance_id": None, "error_code": E.unknown_member_id},
+            {"member_id": "", "group_instance_id": "i-ghost", "error_code": E.unknown_member_id},
+        ],
+    )
+    nobody: Any = client.call(request(13, 5, group_id="fid-no-such-group", members=[]))
+    assert nobody == wire.build(wire.response_class(13, 5), error_code=E.none, members=[])
+    for version in (0, 1, 2):
+        old: Any = client.call(
+            request(13, version, group_id="fid-no-such-group", member_id="ghost")
+        )
+        assert old == wire.build(
+            wire.response_class(13, version), error_code=E.unknown_member_id
+        ), version
+    listed: Any = client.call(request(16, 4, states_filter=[]))
+    assert "fid-no-such-group" not in [g.group_id for g in listed.groups]
