@@ -469,10 +469,9 @@ class CoordinatorService:
             self.authz.denied_topics(caller, "OffsetDelete", READ, (n for n, _p in topics))
         )
         if denied:  # Kafka: those partitions answer TOPIC_AUTHORIZATION_FAILED, the rest go on
+            # (none left: the coordinator still judges the group, as KafkaApis asks it).
             kept = [(n, ps) for n, ps in topics if n not in denied]
-            answer = (
-                await self.runtime.offset_delete(group_id, kept) if kept else OffsetDeleteResponse()
-            )
+            answer = await self.runtime.offset_delete(group_id, kept)
             return Reply(value=_with_denied_topics(answer, topics, denied))
         return Reply(value=await self.runtime.offset_delete(group_id, topics))
 

@@ -1647,3 +1647,80 @@ def test_an_empty_group_id_is_authorized_before_it_is_validated(world: World) ->
         else:
             want = dict.fromkeys(asks, invalid_group_id)
         assert got == want, (principal, got)
+
+
+def test_an_offset_delete_refused_every_topic_is_still_judged_on_its_group(world: World) -> None:
+    """KafkaApis.handleOffsetDeleteRequest asks the group coordinator even when every topic of
+    the request is refused (READ on the topic): the group is validated as for any OffsetDelete.
+    carol may delete the offsets of ``carol-od`` (an offsets-only group) and of
+    ``carol-od-missing`` (no such group), and may read no topic. For the missing group the
+    answer is GROUP_ID_NOT_FOUND for the whole request, as Kafka answers an error of the
+    coordinator (no topics); for the existing one each refused partition is
+    TOPIC_AUTHORIZATION_FAILED and nothing is deleted; on both listeners. Before, a request whose
+    topics were all refused was answered without asking the coordinator: no error for a group
+    that does not exist."""
+    md = metadata(user("admin"))
+    grants = []
+    for group in ("carol-od", "carol-od-missing"):
+        grant = _acl("User:carol", group)
+        grant.operation = 6  # DELETE
+        grants.append(grant)
+    made = ADMIN(world.channel).CreateAcls(
+        admin_pb2.CreateAclsRequest(creations=grants), metadata=md, timeout=TIMEOUT
+    )
+    assert [r.error_code for r in made.results] == [0, 0]
+    commit = _commit(world)
+    commit.group_id = "carol-od"
+    committed = OFFSETS(world.channel).OffsetCommit(commit, metadata=md, timeout=TIMEOUT)
+    assert [p.error_code for t in committed.topics for p in t.partitions] == [0]
+    denied = f"Not authorized to access topics: [{'orders'}]"
+    before = world.coordinator.snapshot()
+
+    def grpc_delete(group: str) -> Any:
+        answer = OFFSETS(world.channel).OffsetDelete(
+            offsets_pb2.OffsetDeleteRequest(
+                group_id=group,
+                topics=[
+                    offsets_pb2.OffsetDeleteRequest.Topic(name="orders", partition_indexes=[1])
+                ],
+            ),
+            metadata=metadata(user("carol")),
+            timeout=TIMEOUT,
+        )
+        return (
+            answer.error_code,
+            answer.error_message,
+            [
+                (t.name, [(p.partition_index, p.error_code, p.error_message) for p in t.partitions])
+                for t in answer.topics
+            ],
+        )
+
+    assert grpc_delete("carol-od-missing") == (69, "Group carol-od-missing not found.", [])
+    assert grpc_delete("carol-od") == (0, "", [("orders", [(1, TOPIC_AUTH, denied)])])
+    client = world.coordinator.kafka_client(user("carol"))
+    try:
+        answers = [
+            client.call(
+                request(
+                    47,
+                    0,
+                    group_id=group,
+                    topics=[{"name": "orders", "partitions": [{"partition_index": 1}]}],
+                )
+            )
+            for group in ("carol-od-missing", "carol-od")
+        ]
+    finally:
+        client.close()
+    assert [
+        (
+            int(a.error_code),
+            [
+                (t.name, [(p.partition_index, int(p.error_code)) for p in t.partitions])
+                for t in a.topics
+            ],
+        )
+        for a in answers
+    ] == [(69, []), (0, [("orders", [(1, TOPIC_AUTH)])])]
+    assert world.coordinator.snapshot() == before
