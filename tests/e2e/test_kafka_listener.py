@@ -833,6 +833,21 @@ def test_a_client_id_that_is_not_utf8_is_read_as_kafka_reads_it(server: KafkaSer
     c.close()
 
 
+def test_a_negative_client_id_length_is_a_null_client_id_as_kafka_reads_it(
+    server: KafkaServer,
+) -> None:
+    """Kafka's generated header reader takes any negative client id length as null (``length <
+    0``), not only -1: the request is answered; it closed the connection here."""
+    c = server.client()
+    framed = bytearray(encode_request(request(18, 0), 42, None))
+    framed[12:14] = struct.pack(">h", -2)
+    c.send_raw(bytes(framed))
+    frame = c.read_frame()
+    assert frame[:6] == struct.pack(">ih", 42, E.none)
+    assert c.call(request(18, 0)).error_code == E.none
+    c.close()
+
+
 def test_strings_that_are_not_utf8_are_read_as_kafka_reads_them(server: KafkaServer) -> None:
     """Kafka's generated readers read every string as Java's String(bytes, UTF_8): a group id
     or topic name that is not UTF-8 (a Latin-1 "grüppe") is served with U+FFFD in place of each

@@ -287,6 +287,35 @@ def test_lengths_beyond_the_frame_are_refused(
         wire.decode(key, version, patch + b"\0\0", 0)
 
 
+def test_a_negative_length_of_a_nullable_field_is_null_as_kafka_reads_it() -> None:
+    """Kafka's generated readers take any negative length of a nullable string, bytes or array
+    as null (``length < 0``), not only -1; of a field that is not nullable, they refuse it."""
+    cls = wire.request_class(11, 5)
+    join = wire.build(
+        cls,
+        group_id="g",
+        session_timeout=10000,
+        rebalance_timeout=10000,
+        member_id="m",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=[{"name": "range", "metadata": b"x"}],
+    )
+    data = wire.encode_body(join)
+    at = data.index(b"\xff\xff\x00\x08consumer")  # group_instance_id: null, -1
+    for length in (b"\xff\xfe", b"\x80\x00"):
+        patched = data[:at] + length + data[at + 2 :]
+        assert wire.decode(11, 5, patched, 0) == join
+    fetch = wire.build(wire.request_class(9, 2), group_id="g", topics=None)
+    data = wire.encode_body(fetch)
+    assert data[-4:] == b"\xff\xff\xff\xff"
+    assert wire.decode(9, 2, data[:-4] + struct.pack(">i", -7), 0) == fetch
+    with pytest.raises(wire.WireError, match="DescribeGroupsRequest.groups: negative length -2"):
+        wire.decode(15, 0, struct.pack(">i", -2), 0)
+    header = struct.pack(">hhih", 18, 0, 7, -2)
+    assert wire.parse_header(header) == (18, 0, 7, None, 10)
+
+
 def test_a_version_the_codec_does_not_know_is_a_wire_error() -> None:
     with pytest.raises(wire.WireError, match="find_coordinator v99 is not known to the codec"):
         wire.request_class(10, 99)

@@ -13,7 +13,9 @@ and version), that decodes nothing and allocates nothing per element, and refuse
   of ``n`` elements needs at least ``n`` times its element's smallest encoding; Kafka's
   generated readers refuse ``length > remaining`` the same way);
 * a null where the schema does not allow one (Kafka: "non-nullable field was serialized as
-  null"), a negative length other than -1, a varint longer than 5 bytes, a truncated body;
+  null"), a negative length other than -1 of a field that is not nullable (of a nullable one
+  it is null, as Kafka's readers take any negative length: it is rewritten to -1), a varint
+  longer than 5 bytes, a truncated body;
 * a compact string longer than 32767 bytes (Kafka: "string field had invalid length"; a legacy
   string's int16 length cannot say more);
 * a tagged field that does not end where its size says, or that runs past its entity.
@@ -226,7 +228,13 @@ def _emit_length(src: _Source, ind: int, f: _Field, compact: bool, width: int) -
         src.add(ind, f"n = _int(buf, pos, {width}, end)")
         src.add(ind, f"pos += {width}")
         src.add(ind, "if n < -1:")
-        src.add(ind + 1, f"raise WireError(f'{f.name}: negative length {{n}}')")
+        if f.nullable:
+            # Kafka's generated readers: any negative length of a nullable field is null.
+            null = bytes([0xFF] * width)
+            src.add(ind + 1, f"cuts.append((pos - {width}, pos, {null!r}))")
+            src.add(ind + 1, "n = -1")
+        else:
+            src.add(ind + 1, f"raise WireError(f'{f.name}: negative length {{n}}')")
     if not f.nullable:
         src.add(ind, "if n == -1:")
         src.add(ind + 1, f"raise WireError('{f.name} is not nullable but was sent as null')")

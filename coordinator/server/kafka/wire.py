@@ -142,8 +142,7 @@ def parse_header(frame: bytes) -> tuple[int, int, int, str | None, int]:
         # U+FFFD, the request is served all the same.
         client_id = frame[pos:end].decode("utf-8", "replace")
         pos = end
-    elif length != -1:
-        raise WireError(f"bad client id length {length}")
+    # else: null, whatever the negative length (Kafka's generated reader: ``length < 0``)
     return key, version, correlation_id, client_id, pos
 
 
