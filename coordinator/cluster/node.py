@@ -4,7 +4,10 @@ Theory of operation:
 
 * **Registration.** ``start`` takes the node id for this process (a fresh *incarnation*);
   while another live process has it, start waits for that registration to expire (as a Kafka
-  broker restarting with its id waits for its old session), at most ``start_timeout_s``.
+  broker restarting with its id waits for its old session), at most ``start_timeout_s``. A
+  process that finds its id taken by another one (it was stopped or cut off past its
+  registration meanwhile) is *fenced* for good: it drops everything and its health listeners
+  are told; the server exits then (``ClusterMember.gone``).
 * **Heartbeats.** Every ``heartbeat_ms`` one transaction (one round trip,
   :meth:`PostgresLeases.tick`) extends the registration, renews the leases held, takes the
   partitions the controller targeted at this node that are free, takes or keeps the
@@ -481,7 +484,7 @@ class ClusterNode:
                 f"node id {cfg.node_id} was registered by another process while this one could "
                 "not renew its registration"
             )
-            log.critical("%s: this node stops serving.", self.fenced)
+            log.critical("%s: this node stops serving and exits.", self.fenced)
             self._lose_all(self.fenced)
             self._health_changed()
             return

@@ -650,8 +650,10 @@ async def serve(
     loop.add_signal_handler(signal.SIGHUP, server.reload_tls)
     load_task = loop.create_task(server.load())
     stop_task = loop.create_task(stop.wait())
+    # A node whose id another process took (docs/ha.md "Failure modes") exits.
+    gone = [] if server.cluster is None else [loop.create_task(server.cluster.gone.wait())]
     code = 0
-    await asyncio.wait([load_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait([load_task, stop_task, *gone], return_when=asyncio.FIRST_COMPLETED)
     if load_task.done() and load_task.exception() is not None:
         failure = load_task.exception()
         if isinstance(failure, NodeStartError):
@@ -660,8 +662,12 @@ async def serve(
         else:
             log.critical("Loading the store failed: %r", failure, exc_info=failure)
         code = 1
-    elif not stop.is_set():
-        await stop_task
+    else:
+        if not stop.is_set() and not any(t.done() for t in gone):
+            await asyncio.wait([stop_task, *gone], return_when=asyncio.FIRST_COMPLETED)
+        if server.cluster is not None and not stop.is_set() and server.cluster.gone.is_set():
+            print(f"kip848 serve: {server.cluster.fenced}: exiting", file=sys.stderr)
+            code = 1
     log.info("Shutting down.")
     if server.cluster is not None:
         server.cluster.bound_shutdown(SHUTDOWN_GRACE_S)
@@ -672,6 +678,8 @@ async def serve(
         except (asyncio.CancelledError, Exception) as exc:  # noqa: BLE001 - shutting down anyway
             log.debug("Loading interrupted by shutdown: %r", exc)
     stop_task.cancel()
+    for task in gone:
+        task.cancel()
     await server.stop()
     if metrics_server is not None:
         await asyncio.to_thread(metrics_server.close)

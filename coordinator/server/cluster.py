@@ -17,6 +17,7 @@ the coordinator's port, and lose them with the coordinator).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -88,6 +89,12 @@ class ClusterMember:
         self.settings = settings
         self.partitions = runtime.share_partitions(settings.node_id)
         self.node: ClusterNode | None = None
+        self.gone = asyncio.Event()
+        """Set when this node stopped for good: another process took its node id while this
+        one could not renew its registration (paused, cut off from PostgreSQL). It leads
+        nothing and no longer follows the cluster, so it would answer FindCoordinator, Metadata
+        and the cluster log's reads from a view that only gets older: the server exits (code 1)
+        rather than go on (docs/ha.md "Failure modes")."""
         bound = getattr(runtime.engine.store, "bound_idle_transactions", None)
         if bound is not None:  # before the first append
             bound(max(IDLE_TRANSACTION_MIN_MS, settings.lease_ms // 4))
@@ -120,6 +127,7 @@ class ClusterMember:
         )
         self.partitions.on_fenced = node.fenced_off
         node.add_health_listener(on_health)
+        node.add_health_listener(self._check_gone)
         self.node = node
         await node.start()
         timeout_s = max(SETTLE_MIN_S, 3 * settings.lease_ms / 1000)
@@ -132,6 +140,15 @@ class ClusterMember:
             )
         self.partitions.joined()
         return ClusterRouting(node, upstream)
+
+    def _check_gone(self) -> None:
+        if self.node is not None and self.node.fenced is not None:
+            self.gone.set()
+
+    @property
+    def fenced(self) -> str | None:
+        """Why this node stopped for good (:attr:`gone`), or None."""
+        return None if self.node is None else self.node.fenced
 
     @property
     def healthy(self) -> bool:

@@ -14,7 +14,9 @@ epochs of a group's acknowledged commits never go down either); every group is s
 within the lease, the load and the clients' own request timeout; no member that kept
 heartbeating lost its partitions (no ``lost`` callback); the paused node learned that it lost
 its partitions; a node loading everything afresh from the logs answers the same offsets (the
-state is the replay of the logs).
+state is the replay of the logs). And a node paused past its registration while another
+process took its node id exits when it runs again (code 1, the reason on stderr): it would
+otherwise answer FindCoordinator from a view it no longer updates.
 """
 
 from __future__ import annotations
@@ -27,13 +29,20 @@ import pytest
 from cluster_support import (
     LEASE_MS,
     Nodes,
+    PartitionGroups,
     Workers,
     commit_epochs,
     committed,
     described,
+    find_coordinator,
     journal_epochs,
+    served,
     settings,
+    until,
 )
+from conftest import ServerProcess
+
+from coordinator.routing import partition_for
 
 pytestmark = pytest.mark.slow
 
@@ -182,3 +191,62 @@ def test_nodes_fail_over_under_real_clients(pg_server, tmp_path: Path) -> None:
     nodes.stop_all()
     for ch in channels.values():
         ch.close()
+
+
+def test_a_node_whose_id_another_process_took_while_it_was_paused_exits(
+    pg_server, tmp_path: Path
+) -> None:
+    """Node 1 paused (SIGSTOP) past its registration, and a second process started with id 1
+    meanwhile (an operator's or a supervisor's restart of a node taken for dead): the second
+    one registers once the first's registration ran out and takes a share at newer epochs.
+    When the first runs again (SIGCONT) it finds its id taken: it exits with code 1, the reason
+    on stderr, within a lease. Before, it stayed up for good, leading nothing and no longer
+    heartbeating: its FindCoordinator named, from its last view, node 2 for the partitions
+    the second process led and nobody (COORDINATOR_NOT_AVAILABLE) for those node 2 led, and
+    its Metadata and topics stayed as they were when it stopped. Every group's commit stays
+    readable through the cluster as it was acknowledged."""
+    dsn = pg_server.fresh_store_dsn()
+    partitions = 4
+    nodes = Nodes(tmp_path, dsn, *settings(partitions))
+    groups = PartitionGroups(partitions)
+    twin = None
+    try:
+        first, two = nodes.start(1), nodes.start(2)
+        until(lambda: {n for n, _ in (served(dsn) or {}).values()} == {1, 2}, "a share each")
+        first.create_topic(TOPIC, 1)
+        groups.commit_all(two, 5)
+        nodes.pause(1)
+        twin = ServerProcess(
+            tmp_path / "node1-again",
+            "--store",
+            dsn,
+            "--node-id",
+            "1",
+            "--kafka-listen",
+            "127.0.0.1:0",
+            *settings(partitions),
+            clock="system",
+            lines=2,
+        )
+        until(lambda: {n for n, _ in (served(dsn) or {}).values()} == {1, 2}, "a share each")
+        nodes.resume(1)
+        assert first.wait(timeout=LEASE_MS / 1000 + 10) == 1
+        nodes.procs.pop(1)
+        assert (
+            "kip848 serve: node id 1 was registered by another process while this one could "
+            "not renew its registration: exiting"
+        ) in first.stderr_text()
+        # The cluster, as the survivors have it: every group at the node leading it now.
+        leaders = {1: twin.address, 2: two.address}
+        lead = served(dsn)
+        assert lead is not None
+        for group in groups.groups.values():
+            expected = leaders[lead[partition_for(group, partitions)][0]]
+            assert find_coordinator(two, group) == (0, expected)
+            assert find_coordinator(twin, group) == (0, expected)
+        assert groups.committed_all(twin) == {g: {(TOPIC, 0): 5} for g in groups.groups.values()}
+    finally:
+        groups.close()
+        if twin is not None:
+            twin.stop()
+        nodes.stop_all()
