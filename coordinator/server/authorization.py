@@ -294,16 +294,22 @@ class RequestAuthorizer:
     ) -> tuple[C, list[TopicResult]]:
         """(the part of ``req`` on topics the caller may READ, TOPIC_AUTHORIZATION_FAILED
         answers for the others). A topic given by id is judged by its name (``name_of``; an
-        unknown id is left to the core to answer UNKNOWN_TOPIC_ID)."""
+        unknown id is left to the core to answer UNKNOWN_TOPIC_ID); given by name and id
+        (gRPC), by both: the core refuses a name and an id of two topics naming the id's
+        topic, which only a caller that may read it is told."""
         if self.authorizer.open:
             return req, []
         kept, refused = [], []
         for t in req.topics:
             name = t.name or name_of(t.topic_id)
+            by_id = name_of(t.topic_id) if t.name else name
             if not name or self.allowed(caller, api, READ, TOPIC, name):
-                kept.append(t)
-                continue
-            exc = topics_denied([name]) if t.name else _topic_id_denied(t.topic_id)
+                if not by_id or by_id == name or self.allowed(caller, api, READ, TOPIC, by_id):
+                    kept.append(t)
+                    continue
+                exc = _topic_id_denied(t.topic_id)
+            else:
+                exc = topics_denied([name]) if t.name else _topic_id_denied(t.topic_id)
             refused.append(
                 TopicResult(
                     name=t.name,

@@ -1724,3 +1724,55 @@ def test_an_offset_delete_refused_every_topic_is_still_judged_on_its_group(world
         for a in answers
     ] == [(69, []), (0, [("orders", [(1, TOPIC_AUTH)])])]
     assert world.coordinator.snapshot() == before
+
+
+def test_a_commit_naming_a_topic_and_the_id_of_another_names_neither_to_who_may_not_read_it(
+    world: World,
+) -> None:
+    """A gRPC OffsetCommit may address a topic by name and by id at once; the two must be one
+    topic (else INVALID_REQUEST, whose message names the id's topic). carol may read the topic
+    "grow" and the group "carol-mix", not the topic "orders". Her commit of "grow" given the id
+    of "orders" is refused as a commit of that id (TOPIC_AUTHORIZATION_FAILED naming its id
+    only: a topic's id is no secret, its name is) and commits nothing; alice, who may read both,
+    is told the id is another topic's. Before, carol's commit was judged on the name alone and
+    answered INVALID_REQUEST "Topic id ... is topic orders, not grow.": the name of a topic she
+    may not describe, for any id she knows."""
+    md = metadata(user("admin"))
+    group_grant = _acl("User:carol", "carol-mix")
+    topic_grant = _acl("User:carol", "grow")
+    topic_grant.resource_type = 2
+    made = ADMIN(world.channel).CreateAcls(
+        admin_pb2.CreateAclsRequest(creations=[group_grant, topic_grant]),
+        metadata=md,
+        timeout=TIMEOUT,
+    )
+    assert [r.error_code for r in made.results] == [0, 0]
+    orders = world.topic_ids["orders"]
+    text_id = str(base64.urlsafe_b64encode(orders), "ascii").rstrip("=")
+    commit = offsets_pb2.OffsetCommitRequest(
+        group_id="carol-mix",
+        topics=[
+            offsets_pb2.OffsetCommitRequest.Topic(
+                name="grow",
+                topic_id=orders,
+                partitions=[
+                    offsets_pb2.OffsetCommitRequest.Partition(partition_index=0, committed_offset=5)
+                ],
+            )
+        ],
+    )
+    before = world.coordinator.snapshot()
+    answers = {
+        who: OFFSETS(world.channel).OffsetCommit(
+            commit, metadata=metadata(user(who)), timeout=TIMEOUT
+        )
+        for who in ("carol", "alice")
+    }
+    assert world.coordinator.snapshot() == before
+    assert {
+        who: [(t.name, [(p.error_code, p.error_message) for p in t.partitions]) for t in a.topics]
+        for who, a in answers.items()
+    } == {
+        "carol": [("grow", [(TOPIC_AUTH, f"Not authorized to access topic id {text_id}.")])],
+        "alice": [("grow", [(42, f"Topic id {text_id} is topic orders, not grow.")])],
+    }
