@@ -57,6 +57,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     where = dsn_for_log(args.store)
     leases = PostgresLeases(args.store, where=where)
     try:
+        leases.check_store()  # a store this build does not understand is neither read nor moved
         if args.cluster_command == "move":
             leases.move(args.partition, args.to)
             if args.output == "json":

@@ -137,6 +137,70 @@ def test_a_store_whose_meta_is_not_a_number_is_refused_with_a_message(
         assert row == ("two",)
 
 
+def test_kip848_cluster_refuses_a_store_this_build_does_not_understand(
+    pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``kip848 cluster describe|move`` read and write the leases without opening the store:
+    they check its schema as ``serve`` and ``dump`` do, and refuse (exit 1, the reason on
+    stderr, nothing written) a database without a store, a store written by a newer schema, a
+    version-1 store no node has migrated yet, and a damaged kip848_meta. Before, a move into a
+    store of version 9 was written (``Partition 0 moves to node 1``, exit 0) and describe
+    showed it as this build reads its own."""
+    from coordinator.cli import main
+
+    describe = ["cluster", "describe", "--store", pg_dsn]
+    move = ["cluster", "move", "--store", pg_dsn, "--partition", "0", "--to", "1"]
+
+    def refused(argv: list[str]) -> str:
+        assert main(argv) == 1
+        out, err = capsys.readouterr()
+        assert out == ""
+        return err
+
+    assert refused(describe) == (
+        f"kip848 cluster: no record store in the PostgreSQL database {dsn_for_log(pg_dsn)}\n"
+    )
+    PostgresRecordStore(pg_dsn, partitions=P).close()
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO kip848_nodes (node_id, address, started_at, expires_at)"
+            " VALUES (1, '127.0.0.1:1', now(), now() + interval '1 hour')"
+        )
+    assert main(describe) == 0
+    capsys.readouterr()
+    where = dsn_for_log(pg_dsn)
+    for version, message in (
+        (
+            "9",
+            f"record store in {where} was written by schema version 9; this build understands "
+            "up to 2; upgrade kip848-coordinator",
+        ),
+        (
+            "1",
+            f"record store in {where} is of schema version 1 (one node): a node of this build "
+            "migrates it when it starts on it (kip848 serve --store)",
+        ),
+        (
+            "two",
+            f"the record store in {where} is corrupt (kip848_meta's schema_version is 'two', "
+            "not a number); refusing to use it",
+        ),
+    ):
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE kip848_meta SET value = %s WHERE name = 'schema_version'", (version,)
+            )
+        for argv in (describe, move):
+            assert refused(argv) == f"kip848 cluster: {message}\n", (version, argv)
+    with psycopg.connect(pg_dsn) as conn:
+        assert (
+            conn.execute(
+                "SELECT log, target, pinned FROM kip848_logs WHERE target IS NOT NULL OR pinned"
+            ).fetchall()
+            == []
+        )
+
+
 def test_a_version_1_store_is_migrated_on_open_nothing_lost(pg_dsn: str) -> None:
     """Schema 1 (one node per store: no node incarnations, no controller, no pins, no loaded
     epochs) becomes schema 2 when a writer opens it; its records stay."""

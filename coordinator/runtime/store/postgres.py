@@ -56,7 +56,6 @@ from .api import (
     StoreError,
     StoreFencedError,
     StoreLostError,
-    StoreVersionError,
     StoreWriteError,
     check_batch,
     check_log,
@@ -68,7 +67,7 @@ from .api import (
 from .postgres_rows import Rows, landed
 from .postgres_schema import (
     FENCED,
-    SCHEMA_VERSION,
+    check_version,
     connect_options,
     create_schema,
     dsn_for_log,
@@ -206,14 +205,7 @@ class PostgresRecordStore:
         return conn
 
     def _check_version(self, meta: dict[str, str]) -> None:
-        version = int(meta.get("schema_version", "0"))
-        if version > SCHEMA_VERSION:
-            raise StoreVersionError(
-                f"record store in {self.where} was written by schema version {version}; this "
-                f"build understands up to {SCHEMA_VERSION}; upgrade kip848-coordinator"
-            )
-        if version < 1:
-            raise StoreCorruptError(f"record store in {self.where} has no valid schema_version")
+        check_version(meta, self.where)
 
     @property
     def partitions(self) -> int:

@@ -36,8 +36,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .api import StoreAccessError, StoreError
-from .postgres_schema import connect_options, scrub
+from .api import StoreAccessError, StoreError, StoreVersionError
+from .postgres_schema import SCHEMA_VERSION, check_version, connect_options, read_meta, scrub
 
 if TYPE_CHECKING:
     import psycopg
@@ -206,6 +206,31 @@ class PostgresLeases:
                 raise StoreError(
                     f"lease operation on {self.where} failed: {' '.join(str(e).split())}"
                 ) from e
+
+    def check_store(self) -> None:
+        """Raise :class:`StoreError` unless the database holds a store of this build's schema
+        (``kip848 cluster``, which reads and writes the leases without opening the store): no
+        store, a partial or damaged one, one written by a newer build (its leases may mean
+        something else), or one of version 1 that no node of this build has migrated yet."""
+        import psycopg
+
+        with self._lock:
+            conn = self._connection()
+            try:
+                meta = read_meta(conn, self.where)
+            except psycopg.Error as e:
+                self._drop(conn)
+                raise StoreError(
+                    f"reading the store's schema in {self.where} failed: {' '.join(str(e).split())}"
+                ) from e
+        if meta is None:
+            raise StoreError(f"no record store in the PostgreSQL database {self.where}")
+        version = check_version(meta, self.where)
+        if version < SCHEMA_VERSION:
+            raise StoreVersionError(
+                f"record store in {self.where} is of schema version {version} (one node): a "
+                "node of this build migrates it when it starts on it (kip848 serve --store)"
+            )
 
     def acquire(self, node_id: int, partitions: Iterable[int], lease_ms: int) -> dict[int, int]:
         """Take the free or expired ones of ``partitions`` (a target set for another node is

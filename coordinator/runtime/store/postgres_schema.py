@@ -15,7 +15,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
-from .api import StoreCorruptError, log_ids
+from .api import StoreCorruptError, StoreVersionError, log_ids
 from .sqlite_schema import package_version
 
 
@@ -263,6 +263,21 @@ def read_meta(conn: psycopg.Connection[Any], where: str) -> dict[str, str] | Non
                 f"{meta[name][:40]!r}, not a number); refusing to use it"
             ) from None
     return meta
+
+
+def check_version(meta: dict[str, str], where: str) -> int:
+    """The schema version of a store's meta (:func:`read_meta`'s); raises
+    :class:`StoreVersionError` for a newer one than this build's (written by a newer build:
+    nothing here may read or write it) and :class:`StoreCorruptError` for one below 1."""
+    version = int(meta.get("schema_version", "0"))
+    if version > SCHEMA_VERSION:
+        raise StoreVersionError(
+            f"record store in {where} was written by schema version {version}; this "
+            f"build understands up to {SCHEMA_VERSION}; upgrade kip848-coordinator"
+        )
+    if version < 1:
+        raise StoreCorruptError(f"record store in {where} has no valid schema_version")
+    return version
 
 
 def create_schema(conn: psycopg.Connection[Any], where: str, partitions: int) -> dict[str, str]:
