@@ -88,9 +88,9 @@ def password_of(principal: KafkaPrincipal) -> str:
 
 class Coordinator:
     """The real server on 127.0.0.1:0 (gRPC, Kafka PLAINTEXT and SASL_PLAINTEXT), its loop in a
-    thread; bearer tokens from ``issuer``."""
+    thread; bearer tokens from ``issuer``; SASL sessions of ``reauth_ms`` (0: without an end)."""
 
-    def __init__(self, issuer: TokenIssuer) -> None:
+    def __init__(self, issuer: TokenIssuer, reauth_ms: int = 0) -> None:
         self.issuer = issuer
         self.thread = LoopThread()
 
@@ -105,6 +105,7 @@ class Coordinator:
                     port=0,
                     protocol=name,
                     mechanisms=("SCRAM-SHA-256",),
+                    reauth_ms=reauth_ms,
                 )
                 for name in ("PLAINTEXT", "SASL_PLAINTEXT")
             )
