@@ -94,7 +94,6 @@ from .authorization import (
     TRANSACTIONAL_ID,
     WRITE,
     RequestAuthorizer,
-    cluster_denied,
     described_topics_denied,
     refused_groups_apart,
     topics_denied,
@@ -589,8 +588,7 @@ class CoordinatorService:
     async def describe_cluster(self, _req: None, caller: Caller) -> Reply[tuple[int, list[Node]]]:
         """(controller id, the nodes' gRPC addresses): every live node sharing the store
         (``cluster.py``), else this one alone."""
-        if not self.authz.may(caller, DESCRIBE, CLUSTER, CLUSTER_NAME):
-            raise cluster_denied()
+        self.authz.check_cluster(caller, "DescribeCluster", DESCRIBE)
         here = caller.node
         if here is None:
             raise CoordinatorNotAvailableError("The coordinator's address is not known yet.")

@@ -46,6 +46,8 @@ from coordinator.security.authorizer import AuthorizerConfig
 from coordinator.security.metadata import AclCreation
 from coordinator.server.app import CoordinatorServer, ServeOptions
 from kip848.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
     classic_group_pb2,
     classic_group_pb2_grpc,
     common_pb2,
@@ -289,6 +291,27 @@ def test_find_coordinator_refuses_a_key_before_saying_the_coordinator_loads(
             ("payments", -1, "", -1, 30, "Not authorized to access group: payments"),
             ("other", -1, "", -1, 15, "The coordinator is loading."),
         ]
+    finally:
+        channel.close()
+        restarting.close()
+
+
+def test_describe_cluster_during_the_load_is_retried_not_refused(cluster: FakeCluster) -> None:
+    """DescribeCluster needs DESCRIBE on the cluster, which no ACL of the earlier run names
+    (open by default): asked while the ACLs are not loaded it is COORDINATOR_LOAD_IN_PROGRESS,
+    as every request that needs an ACL decision (retriable), and once loaded it lists the node.
+    Before: CLUSTER_AUTHORIZATION_FAILED, decided on no ACL at all, and the refusal was neither
+    audited nor counted (tests/unit/test_server_authorization.py)."""
+    restarting = Restarting(cluster, allow_everyone=True)
+    channel = grpc.insecure_channel(restarting.server.address)
+    try:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        early = stub.DescribeCluster(admin_pb2.DescribeClusterRequest(), timeout=TIMEOUT)
+        assert (early.error_code, list(early.nodes)) == (14, [])
+        restarting.open_gate()
+        late = stub.DescribeCluster(admin_pb2.DescribeClusterRequest(), timeout=TIMEOUT)
+        host, port = restarting.server.address.rsplit(":", 1)
+        assert (late.error_code, [(n.host, n.port) for n in late.nodes]) == (0, [(host, int(port))])
     finally:
         channel.close()
         restarting.close()

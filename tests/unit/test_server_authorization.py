@@ -272,6 +272,33 @@ async def test_host_specific_acls_need_the_clients_address(svc) -> None:
     ).error_code == 0
 
 
+async def test_a_refused_describe_cluster_is_reported(svc) -> None:
+    """DescribeCluster (DESCRIBE on the cluster) refused is a refusal like any other: answered
+    CLUSTER_AUTHORIZATION_FAILED and reported for the audit trail and the metrics. Before, it
+    was decided silently, as a filter is."""
+    service, refusals = svc
+    await grant(service, acl(4, "kafka-cluster", OP.ALTER, principal="User:other"))
+    reply = await service.describe_cluster(None, ALICE)
+    assert (reply.error_code, reply.error_message, reply.value) == (
+        ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+        "Cluster authorization failed.",
+        None,
+    )
+    assert [
+        (r.api, r.operation, r.resource_type, r.resource_name, r.principal, r.host)
+        for r in refusals
+    ] == [
+        (
+            "DescribeCluster",
+            OP.DESCRIBE,
+            ResourceType.CLUSTER,
+            "kafka-cluster",
+            user("alice"),
+            "10.0.0.7",
+        )
+    ]
+
+
 async def test_acl_administration_is_validated_per_entry(svc) -> None:
     service, _ = svc
     reply = await service.create_acls(
