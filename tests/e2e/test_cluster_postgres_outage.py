@@ -14,7 +14,9 @@ the node that led it before, and a node that died meanwhile has its partitions t
 others a lease after PostgreSQL is back. And PostgreSQL that stops acknowledging COMMITs: a node's waiting requests are answered
 at its deadline (NOT_COORDINATOR) or, sooner, at the write timeout (``offsets.commit.timeout.ms``:
 COORDINATOR_NOT_AVAILABLE), never held until PostgreSQL acknowledges again; while reads of
-the cluster log (Metadata, DescribeAcls) are answered at once from its committed state.
+the cluster log (Metadata, DescribeAcls) are answered at once from its committed state. And
+the cluster log written through both nodes while PostgreSQL crashes: every acknowledged topic
+kept, a name raced for created once, both nodes following the log after.
 """
 
 from __future__ import annotations
@@ -641,4 +643,113 @@ def test_metadata_and_cluster_log_reads_are_answered_at_once_behind_a_held_write
         until(lambda: acls()[0] == [binding], "the held CreateAcls to land")
     finally:
         admin = writer = None  # librdkafka's handles go before the node they would retry
+        nodes.stop_all()
+
+
+def test_cluster_log_writes_through_both_nodes_survive_postgresql_crashes(
+    own_pg: PostgresServer, tmp_path: Path
+) -> None:
+    """Two nodes create topics without pause — each its own names, and both the same names at
+    once — while PostgreSQL is killed (-9) and started again, twice. Every answer is
+    definitive (created, TOPIC_ALREADY_EXISTS) or retriable (REQUEST_TIMED_OUT, a top-level
+    COORDINATOR_NOT_AVAILABLE), never a gRPC error; a name both nodes raced for was created
+    by one of them only; every topic whose creation was acknowledged is in the cluster log
+    with the id it was answered with; the cluster log's journal has no gap; both nodes then
+    list exactly the log's topics, and each creates a topic at once (none is left behind the
+    log, refused for good)."""
+    import psycopg
+
+    from coordinator.core import codec
+    from coordinator.core.model import topic_id_to_bytes
+    from coordinator.core.records import TopicKey
+
+    dsn = own_pg.fresh_store_dsn()
+    nodes = Nodes(tmp_path, dsn, *settings(2))
+    stop = threading.Event()
+    answers: list[tuple[int, str, int | str, bytes]] = []
+    failures: list[BaseException] = []
+
+    def create(node_id: int) -> None:
+        admin = nodes.procs[node_id].admin
+        i = 0
+        while not stop.is_set():
+            name = f"shared-{i // 2}" if i % 2 else f"node{node_id}-{i // 2}"
+            i += 1
+            try:
+                resp = admin.CreateTopics(
+                    admin_pb2.CreateTopicsRequest(
+                        topics=[
+                            admin_pb2.CreateTopicsRequest.CreatableTopic(
+                                name=name, num_partitions=1
+                            )
+                        ],
+                        timeout_ms=3000,
+                    ),
+                    timeout=10,
+                )
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                failures.append(exc)
+                return
+            if resp.topics:
+                (topic,) = resp.topics
+                answers.append((node_id, name, topic.error_code, topic.topic_id))
+            else:
+                answers.append((node_id, name, f"top-level {resp.error_code}", b""))
+                time.sleep(0.05)
+
+    try:
+        for n in (1, 2):
+            nodes.start(n)
+        threads = [threading.Thread(target=create, args=(n,)) for n in (1, 2)]
+        for t in threads:
+            t.start()
+        for _ in range(2):
+            time.sleep(1.5)
+            own_pg.restart(crash=True)
+        time.sleep(1.5)
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+        assert failures == [] and not any(t.is_alive() for t in threads)
+        codes = Counter(code for _, _, code, _ in answers)
+        assert set(codes) <= {0, 36, 7, "top-level 15"}, codes
+        assert codes[0] > 20 and codes["top-level 15"] + codes[7] > 0, codes
+        created = [(name, topic_id) for _, name, code, topic_id in answers if code == 0]
+        names = [name for name, _ in created]
+        assert len(names) == len(set(names)), Counter(names).most_common(3)
+
+        def logged() -> dict[str, bytes]:
+            with psycopg.connect(dsn) as conn:
+                rows = conn.execute(
+                    "SELECT key, value FROM kip848_compacted WHERE log = -1"
+                ).fetchall()
+            records = [codec.decode(bytes(k), bytes(v)) for k, v in rows]
+            return {
+                r.key.name: topic_id_to_bytes(r.value.topic_id)
+                for r in records
+                if isinstance(r.key, TopicKey)
+            }
+
+        topics = logged()
+        assert {name: topics.get(name) for name, _ in created} == dict(created)
+        assert {name for _, name, code, _ in answers if code == 36} <= set(topics)
+
+        def listed(node_id: int) -> set[str]:
+            resp = nodes.procs[node_id].admin.ListTopics(admin_pb2.ListTopicsRequest(), timeout=5)
+            return {t.name for t in resp.topics}
+
+        until(lambda: listed(1) == listed(2) == set(topics), "both nodes to list the log's topics")
+        for n in (1, 2):
+            nodes.procs[n].create_topic(f"after-{n}", 1)
+        with psycopg.connect(dsn) as conn:
+            offsets = [
+                int(r[0])
+                for r in conn.execute(
+                    'SELECT "offset" FROM kip848_journal WHERE log = -1 ORDER BY "offset"'
+                )
+            ]
+        assert offsets == list(range(len(offsets)))
+        print(f"answers {dict(codes)}, {len(topics)} topics")
+    finally:
+        stop.set()
         nodes.stop_all()
