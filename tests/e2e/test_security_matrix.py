@@ -1777,3 +1777,44 @@ def test_a_commit_naming_a_topic_and_the_id_of_another_names_neither_to_who_may_
         "carol": [("grow", [(TOPIC_AUTH, f"Not authorized to access topic id {text_id}.")])],
         "alice": [("grow", [(42, f"Topic id {text_id} is topic orders, not grow.")])],
     }
+
+
+def test_offset_fetch_v1_refused_says_so_on_every_partition(world: World) -> None:
+    """OffsetFetch v0-v1 has no group error field: Kafka's answer to a group it refuses puts
+    GROUP_AUTHORIZATION_FAILED on every partition asked (offset -1), as for any group error
+    (OffsetFetchResponse.groupError). bob may not describe "v1-fetch"; alice may and reads its
+    offsets. Before, bob's v1 answer was an empty list of topics: no error, as if the group had
+    no offsets (a consumer would then reset its position)."""
+    commit = _commit(world)
+    commit.group_id = "v1-fetch"
+    commit.topics[0].partitions.add(partition_index=0, committed_offset=7)
+    committed = OFFSETS(world.channel).OffsetCommit(
+        commit, metadata=metadata(user("admin")), timeout=TIMEOUT
+    )
+    assert [p.error_code for t in committed.topics for p in t.partitions] == [0, 0]
+    asked = request(
+        9, 1, group_id="v1-fetch", topics=[{"name": "orders", "partition_indexes": [0, 1]}]
+    )
+    answers = {}
+    for who in ("bob", "alice"):
+        client = world.coordinator.kafka_client(user(who))
+        try:
+            answers[who] = client.call(asked)
+        finally:
+            client.close()
+    assert {
+        who: [
+            (
+                t.name,
+                [
+                    (p.partition_index, p.committed_offset, p.metadata, int(p.error_code))
+                    for p in t.partitions
+                ],
+            )
+            for t in a.topics
+        ]
+        for who, a in answers.items()
+    } == {
+        "bob": [("orders", [(0, -1, "", GROUP_AUTH), (1, -1, "", GROUP_AUTH)])],
+        "alice": [("orders", [(0, 7, "", 0), (1, 9, "", 0)])],
+    }

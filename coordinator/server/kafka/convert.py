@@ -427,11 +427,31 @@ def offset_fetch_out(reply: Reply[list[OffsetFetchGroupResponse]], version: int)
     g = groups[0] if groups else None
     code = reply.error_code or (g.error_code if g is not None else ErrorCode.NONE)
     topics = _fetched(g, version) if g is not None else []
-    if version < 2 and code:  # v1 has no top-level error: on every partition
-        for t in topics:
-            for p in t["partitions"]:
-                p["error_code"] = code
     return {"error_code": code, "topics": topics}
+
+
+def offset_fetch_v1_errors(values: dict[str, Any], req: Any) -> None:
+    """OffsetFetch v1 has no group error field: a group's error (GROUP_AUTHORIZATION_FAILED,
+    COORDINATOR_LOAD_IN_PROGRESS, ...) goes on every partition the request asked for, with
+    offset -1 and no metadata, as Kafka's OffsetFetchResponse answers a group error below v2.
+    ``values``: :func:`offset_fetch_out`'s (changed in place)."""
+    code = values["error_code"]
+    if code:
+        values["topics"] = [
+            {
+                "name": t.name,
+                "partitions": [
+                    {
+                        "partition_index": p,
+                        "committed_offset": -1,
+                        "metadata": "",
+                        "error_code": code,
+                    }
+                    for p in t.partition_indexes
+                ],
+            }
+            for t in req.topics or ()
+        ]
 
 
 def offset_delete_in(req: Any, _caller: Caller) -> tuple[str, list[tuple[str, list[int]]]]:
