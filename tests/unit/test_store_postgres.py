@@ -201,6 +201,44 @@ def test_kip848_cluster_refuses_a_store_this_build_does_not_understand(
         )
 
 
+def test_a_server_that_takes_no_writes_is_refused_in_one_line(
+    pg_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--store`` reaching a server that takes no writes (a hot standby, which a fail-over
+    manager's replica address or a stale DNS name leads to; here
+    ``default_transaction_read_only``): a writer — ``kip848 serve`` — is refused with the
+    server's reason and a hint (exit 1, one line on stderr), whether it would create the store
+    or opens one; nothing is created; a reader (``dump``) still reads it. Before, the
+    server's refusal (``ReadOnlySqlTransaction``) escaped as a traceback."""
+    from coordinator.cli import main
+
+    standby = pg_dsn + "%20-cdefault_transaction_read_only%3Don"
+    where = dsn_for_log(standby)
+    hint = "(this server takes no writes: a standby? --store must reach the primary)"
+    serve = ["serve", "--listen", "127.0.0.1:0", "--store", standby, "--node-id", "1"]
+    for statement in ("CREATE TABLE", "CREATE FUNCTION"):  # no store yet, then a store
+        message = (
+            f"PostgreSQL store at {where}: cannot execute {statement} in a read-only "
+            f"transaction {hint}"
+        )
+        with pytest.raises(StoreAccessError) as info:
+            PostgresRecordStore(standby, partitions=P)
+        assert str(info.value) == message
+        assert main(serve) == 1
+        assert capsys.readouterr().err == (
+            f"kip848 serve: cannot open the store in {where}: {message}\n"
+        )
+        if statement == "CREATE TABLE":
+            with psycopg.connect(pg_dsn) as conn:
+                assert conn.execute(
+                    "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()"
+                ).fetchone() == (0,)
+            with PostgresRecordStore(pg_dsn, partitions=P) as store:
+                store.append([put(b"a")], 1)
+    with PostgresRecordStore(standby, read_only=True) as reader:
+        assert keys(reader) == [b"a"]
+
+
 def test_a_version_1_store_is_migrated_on_open_nothing_lost(pg_dsn: str) -> None:
     """Schema 1 (one node per store: no node incarnations, no controller, no pins, no loaded
     epochs) becomes schema 2 when a writer opens it; its records stay."""

@@ -86,6 +86,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _FETCH = 8192
+_READ_ONLY = "25006"
+"""SQLSTATE read_only_sql_transaction: a hot standby, or ``default_transaction_read_only``."""
 _EXPIRE_CHUNK = 50_000
 _RETENTION_STEP = 2_000
 _IDLE_READERS = 4
@@ -162,6 +164,8 @@ class PostgresRecordStore:
         self._retention_due_ms = -(2**63)
         self._idle_ms: int | None = None  # bound_idle_transactions
         conn = self._connect()
+        import psycopg
+
         try:
             meta = read_meta(conn, self.where)
             if meta is None:
@@ -175,6 +179,18 @@ class PostgresRecordStore:
             self._partitions = int(meta["partitions"])
             self._store_id = meta["store_id"]
             self._next_offset = self._read_next_offsets(conn)
+        except psycopg.Error as e:
+            # Refused by the server (a standby, which takes no writes; a role without the
+            # rights the store needs; ...): said in one line, never a traceback.
+            conn.close()
+            hint = (
+                " (this server takes no writes: a standby? --store must reach the primary)"
+                if e.sqlstate == _READ_ONLY
+                else ""
+            )
+            raise StoreAccessError(
+                f"PostgreSQL store at {self.where}: {scrub(_one_line(e), self.dsn)}{hint}"
+            ) from None
         except BaseException:
             conn.close()
             raise
