@@ -6,8 +6,9 @@ Theory of operation:
   while another live process has it, start waits for that registration to expire (as a Kafka
   broker restarting with its id waits for its old session), at most ``start_timeout_s``. A
   process that finds its id taken by another one (it was stopped or cut off past its
-  registration meanwhile) is *fenced* for good: it drops everything and its health listeners
-  are told; the server exits then (``ClusterMember.gone``).
+  registration meanwhile), or whose heartbeat reads the store gone back in time (restored
+  from a backup: :func:`~.view.went_back`), is *fenced* for good: it drops everything and its
+  health listeners are told; the server exits then (``ClusterMember.gone``).
 * **Heartbeats.** Every ``heartbeat_ms`` one transaction (one round trip,
   :meth:`PostgresLeases.tick`) extends the registration, renews the leases held, takes the
   partitions the controller targeted at this node that are free, takes or keeps the
@@ -81,7 +82,7 @@ from coordinator.runtime.store.postgres_leases import (
     TickResult,
 )
 
-from .view import ClusterView
+from .view import ClusterView, went_back
 
 __all__ = ["ClusterConfig", "ClusterNode", "NodeStartError", "PartitionHost"]
 
@@ -451,6 +452,7 @@ class ClusterNode:
         cfg = self.config
         held = dict(self.led)
         loaded, self._loaded = self._loaded, {}
+        applied = self.host.cluster_offset  # durable: the log's end can be no earlier
         sent = self.monotonic()
         try:
             tick: TickResult = await self._call(
@@ -460,7 +462,7 @@ class ClusterNode:
                 held,
                 cfg.lease_ms,
                 controller_epoch=self.controller_epoch,
-                cluster_offset=self.host.cluster_offset,
+                cluster_offset=applied,
                 loaded=loaded,
                 acquire=not self._stopping,
             )
@@ -483,6 +485,17 @@ class ClusterNode:
             self.fenced = (
                 f"node id {cfg.node_id} was registered by another process while this one could "
                 "not renew its registration"
+            )
+            log.critical("%s: this node stops serving and exits.", self.fenced)
+            self._lose_all(self.fenced)
+            self._health_changed()
+            return
+        back = went_back(tick.state, held, applied)
+        if back is not None:
+            self.fenced = (
+                f"the store in PostgreSQL went back in time ({back}: restored from a backup, "
+                "or a standby that lacked commits promoted); this node holds state the store "
+                "no longer has"
             )
             log.critical("%s: this node stops serving and exits.", self.fenced)
             self._lose_all(self.fenced)

@@ -2,16 +2,18 @@
 reached, as the node's last heartbeat read them from PostgreSQL (at most one heartbeat
 interval old). What a node leads itself is always current (:class:`~.node.ClusterNode`); a
 client sent to a node that no longer leads its group's partition gets NOT_COORDINATOR there and
-asks again (Kafka's clients do).
+asks again (Kafka's clients do). :func:`went_back` tells from a heartbeat's read whether the
+store went back in time under the node (it then stops for good).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from coordinator.runtime.store.postgres_leases import ClusterState
 
-__all__ = ["ClusterView", "NodeAddress", "split_address"]
+__all__ = ["ClusterView", "NodeAddress", "split_address", "went_back"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +72,24 @@ class ClusterView:
     def live_nodes(self) -> list[NodeAddress]:
         """Every live node, by id."""
         return [self._nodes[n] for n in self._live]
+
+
+def went_back(state: ClusterState, held: Mapping[int, int], applied: int) -> str | None:
+    """What shows that the store went back in time, or None: the cluster log ending before
+    ``applied`` (what this node had applied of it, durable, when the heartbeat was sent), or a
+    partition's leader epoch below the one this node leads it at (``held``). Neither can
+    happen to a store that only moves on (offsets and epochs only ever grow), so the store is
+    not the one this node's state came from."""
+    if state.cluster_log_end < applied:
+        return (
+            f"the cluster log ends at offset {state.cluster_log_end}, before offset {applied} "
+            "this node applied"
+        )
+    for lease in state.leases:
+        epoch = held.get(lease.partition)
+        if epoch is not None and lease.epoch < epoch:
+            return (
+                f"coordinator partition {lease.partition}'s leader epoch is {lease.epoch}, "
+                f"below the {epoch} this node leads it at"
+            )
+    return None
