@@ -1,6 +1,7 @@
 """The Kafka listener's SASL servers (sans-IO): PLAIN, SCRAM (checked against scramp, an
 independent client), OAUTHBEARER (JWTs against a JWKS file), the session's state machine and
-KIP-368 lifetimes. The listener's side is tested end to end in tests/e2e/test_sasl.py."""
+KIP-368 lifetimes. The listener's side is tested end to end in tests/e2e/test_sasl.py, PLAIN's
+check off the loop in test_kafka_sasl_off_loop.py."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from coordinator.server.kafka.sasl import (
     SaslFailure,
     SaslSession,
     ScramServer,
+    Step,
     passthrough_principal,
     session_lifetime_ms,
 )
@@ -113,17 +115,29 @@ def test_scram_final_must_carry_the_nonce_and_binding() -> None:
 
 
 def test_plain_checks_the_password_against_the_scram_credential() -> None:
-    assert PlainServer(lookup).step(b"\0alice\0alice-secret", NOW).name == "alice"
-    assert PlainServer(lookup).step(b"alice\0alice\0alice-secret", NOW).name == "alice"
+    """The user's credentials are looked up as the message is read; the password is derived
+    by the step's check (the listener runs it off the loop: ``sasl_checks``)."""
+    for message in (b"\0alice\0alice-secret", b"alice\0alice\0alice-secret"):
+        step = PlainServer(lookup).step(message, NOW)
+        assert (step.done, step.name) == (True, "alice")
+        assert step.check is not None and step.check()
+    wrong = PlainServer(lookup).step(b"\0alice\0wrong", NOW)
+    assert wrong.check is not None and not wrong.check()
     for message, text in (
-        (b"\0alice\0wrong", "Invalid username or password"),
-        (b"\0bob\0alice-secret", "Invalid username or password"),
+        (b"\0bob\0alice-secret", "Invalid username or password"),  # no credential: at once
         (b"bob\0alice\0alice-secret", "authorization id"),
         (b"\0alice", "expected 3 tokens"),
         (b"\0\0pw", "must not be empty"),
     ):
         with pytest.raises(SaslFailure, match=text):
             PlainServer(lookup).step(message, NOW)
+
+
+def plain(s: SaslSession, message: bytes) -> tuple[bytes, int | None]:
+    """A PLAIN SaslAuthenticate of session ``s``, its password check run here."""
+    step = s.authenticate(message, NOW)
+    assert isinstance(step, Step) and step.check is not None and s.checking
+    return s.checked(step, step.check(), NOW)
 
 
 @pytest.fixture
@@ -220,13 +234,18 @@ def test_session_states() -> None:
     assert s.handshake("GSSAPI")[0] == ErrorCode.UNSUPPORTED_SASL_MECHANISM
     assert s.handshake("PLAIN") == (ErrorCode.NONE, "")
     assert s.handshake("PLAIN")[0] == ErrorCode.ILLEGAL_SASL_STATE  # mid-exchange
-    assert s.authenticate(b"\0alice\0alice-secret", NOW) == (b"", 0)
-    assert s.principal == user("alice") and s.expires_at_ms is None
+    assert plain(s, b"\0alice\0alice-secret") == (b"", 0)
+    assert s.principal == user("alice") and s.expires_at_ms is None and not s.checking
     # Re-authentication: the same mechanism and principal only.
     assert s.handshake("PLAIN")[0] == ErrorCode.NONE
     with pytest.raises(SaslFailure, match="Re-authentication as User:we,ird=name"):
-        s.authenticate(b"\0we,ird=name\0pw", NOW)
+        plain(s, b"\0we,ird=name\0pw")
     assert s.state == NEED_HANDSHAKE
+    # A wrong password: refused once derived.
+    assert s.handshake("PLAIN")[0] == ErrorCode.NONE
+    with pytest.raises(SaslFailure, match="Invalid username or password"):
+        plain(s, b"\0alice\0wrong")
+    assert s.state == NEED_HANDSHAKE and s.principal == user("alice")
 
 
 def test_kip368_session_lifetimes() -> None:
@@ -240,7 +259,7 @@ def test_kip368_session_lifetimes() -> None:
     assert session_lifetime_ms(60_000, NOW - 5, NOW) == 1
     s = session(reauth_ms=1000)
     s.handshake("PLAIN")
-    assert s.authenticate(b"\0alice\0alice-secret", NOW) == (b"", 1000)
+    assert plain(s, b"\0alice\0alice-secret") == (b"", 1000)
     assert not s.expired(NOW + 999) and s.expired(NOW + 1000)
 
 
@@ -265,7 +284,7 @@ def test_a_reauthentication_with_another_mechanism_fails_at_its_saslauthenticate
     refused ILLEGAL_SASL_STATE.)"""
     s = session()
     assert s.handshake("PLAIN") == (ErrorCode.NONE, "")
-    assert s.authenticate(b"\0alice\0alice-secret", NOW) == (b"", 0)
+    assert plain(s, b"\0alice\0alice-secret") == (b"", 0)
     assert s.handshake("SCRAM-SHA-512") == (ErrorCode.NONE, "")
     assert s.mechanism == "PLAIN" and s.principal == user("alice")
     with pytest.raises(SaslFailure) as failed:
@@ -279,5 +298,5 @@ def test_a_reauthentication_with_another_mechanism_fails_at_its_saslauthenticate
     # A mechanism that is not enabled is refused at the handshake, as the first time.
     t = session()
     t.handshake("PLAIN")
-    t.authenticate(b"\0alice\0alice-secret", NOW)
+    plain(t, b"\0alice\0alice-secret")
     assert t.handshake("GSSAPI")[0] == ErrorCode.UNSUPPORTED_SASL_MECHANISM

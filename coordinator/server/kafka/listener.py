@@ -57,7 +57,7 @@ from ..api import Caller, Node
 from ..eager import Resume
 from ..service import CoordinatorService
 from ..tls import keep_alive, listening_sockets, peer_subject
-from . import admin_guard, apis, fetch_guard, topic_guard, txn_guard, wire
+from . import admin_guard, apis, fetch_guard, sasl_gate, topic_guard, txn_guard, wire
 from . import sasl as sasl_api
 from .security import ListenerSecurity
 from .served import KafkaApis, TransactionServer
@@ -397,8 +397,9 @@ class KafkaConnection(asyncio.Protocol):
 
     def _held(self) -> bool:
         """Whether this connection may read no more requests for now: too many unanswered,
-        too many bytes waiting their turn, answers (or forwarded requests) not taken, or the
-        ACLs not loaded yet (:meth:`_awaiting_acls`)."""
+        too many bytes waiting their turn, answers (or forwarded requests) not taken, the
+        ACLs not loaded yet (:meth:`_awaiting_acls`), or a SASL/PLAIN password being checked
+        (``sasl_checks``: then :meth:`read_on`)."""
         flow = self.listener.options.flow
         return (
             len(self.slots) >= flow.queued_max_requests
@@ -407,6 +408,7 @@ class KafkaConnection(asyncio.Protocol):
             or self.upstream_paused
             or self._drain_then_close
             or self._awaiting_acls()
+            or (self.sasl is not None and self.sasl.checking)
         )
 
     def _awaiting_acls(self) -> bool:
@@ -457,6 +459,10 @@ class KafkaConnection(asyncio.Protocol):
             del buf[:pos]
         self._flow()
 
+    def read_on(self) -> None:
+        """Read on once what held the connection is over (a SASL check)."""
+        self._again()
+
     def _again(self) -> None:
         """Read on from the buffer at the next loop iteration (once)."""
         if self._next_turn is None and not self.closed:
@@ -505,7 +511,7 @@ class KafkaConnection(asyncio.Protocol):
             self.fail(f"unreadable request header: {exc}")
             return
         listener = self.listener
-        if self.sasl is not None and sasl_api.intercept(
+        if self.sasl is not None and sasl_gate.intercept(
             self, key, version, correlation_id, frame, pos
         ):
             return
@@ -597,7 +603,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         if self._decoded(key, version, frame, pos) is None:
             return
-        self.complete(self._slot(), sasl_api.illegal_sasl_state(key, version, correlation_id))
+        self.complete(self._slot(), sasl_gate.illegal_sasl_state(key, version, correlation_id))
 
     def _forward_guarded(
         self,

@@ -6,7 +6,9 @@ A connection on a SASL_PLAINTEXT or SASL_SSL listener has a :class:`SaslSession`
 authenticated, only ApiVersions, SaslHandshake and SaslAuthenticate are read: any other request
 closes the connection (Kafka: ILLEGAL_SASL_STATE), and a frame larger than
 ``sasl.server.max.receive.size`` (512 KiB) too. ApiVersions: once before the handshake (again
-after an unsupported version only), never during an exchange (:func:`_api_versions`). The exchange, as Kafka's SaslServerAuthenticator:
+after an unsupported version only), never during an exchange. This module holds the sessions
+and the mechanisms (sans-IO); what a connection does with them — reading, answering, refusing,
+relaying — is ``sasl_gate``'s. The exchange, as Kafka's SaslServerAuthenticator:
 
 * SaslHandshake names the mechanism: unknown or not enabled -> UNSUPPORTED_SASL_MECHANISM (33)
   with the enabled ones, connection closed. Every refusal of the exchange is answered after
@@ -32,7 +34,8 @@ Mechanisms (servers are sans-IO: bytes in, bytes out):
 
 * PLAIN (RFC 4616): ``authzid NUL user NUL password``; the password is checked against the
   user's SCRAM credential (``kip848 users``): it is salted with the stored salt and iterations
-  and compared with the stored key, so no password is ever stored.
+  and compared with the stored key, so no password is ever stored. That derivation runs off
+  the event loop (``sasl_checks``); the connection reads nothing more until it is decided.
 * SCRAM-SHA-256/512 (RFC 5802, RFC 7677) as Kafka's ScramSaslServer: ``n,,`` GS2 header (no
   channel binding), authzid empty or the user, the stored iteration count at least 4096;
   ``tokenauth`` (delegation tokens) is refused. The math is ``coordinator.security.scram``'s.
@@ -50,27 +53,22 @@ on a connection authenticated as somebody else.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import hmac
 import json
 import logging
 import re
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from coordinator.core.errors import ErrorCode
 from coordinator.security import scram
 from coordinator.security.principal import KafkaPrincipal, user
 
 from ..oauth import InvalidToken, TokenValidator
-from . import wire
-from .apis import API_VERSIONS_RANGE
-from .upstream.interfaces import ClientConnection, Forwarder
+from .sasl_checks import CredentialLookup, password_check
 
 log = logging.getLogger("kip848.kafka")
 API_VERSIONS = 18
@@ -92,8 +90,6 @@ SASL_APIS = {SASL_HANDSHAKE: HANDSHAKE_VERSIONS, SASL_AUTHENTICATE: AUTHENTICATE
 """The SASL APIs and their versions: a SASL listener serves them; a coordinator-only listener
 without SASL advertises them and answers ILLEGAL_SASL_STATE, as a Kafka broker does."""
 
-CredentialLookup = Callable[[str, scram.ScramMechanism], "scram.ScramCredential | None"]
-
 
 class SaslFailure(Exception):
     """The exchange fails with ``code`` (SASL_AUTHENTICATION_FAILED, ...) and ``message``; the
@@ -114,6 +110,9 @@ class Step:
     done: bool = False
     name: str | None = None
     expires_ms: int | None = None
+    check: Callable[[], bool] | None = None
+    """What must hold before the exchange is complete, run off the loop (PLAIN's password:
+    ``sasl_checks``)."""
 
 
 def _failed(mechanism: str) -> SaslFailure:
@@ -152,23 +151,10 @@ class PlainServer:
                 "Authentication failed: Client requested an authorization id that is different "
                 "from username",
             )
-        if not check_password(self.lookup, name, password):
+        check = password_check(self.lookup, name, password)
+        if check is None:
             raise SaslFailure(ErrorCode.SASL_AUTHENTICATION_FAILED, FAILED)
-        return Step(done=True, name=name)
-
-
-def check_password(lookup: CredentialLookup, name: str, password: str) -> bool:
-    """``password`` matches a SCRAM credential stored for ``name`` (either mechanism)."""
-    matched = False
-    for mechanism in scram.ScramMechanism:
-        credential = lookup(name, mechanism)
-        if credential is None:
-            continue
-        candidate = scram.credential_from_password(
-            mechanism, password, credential.salt, credential.iterations
-        )
-        matched |= hmac.compare_digest(candidate.stored_key, credential.stored_key)
-    return matched
+        return Step(done=True, name=name, check=check)
 
 
 _CLIENT_FIRST = re.compile(
@@ -386,6 +372,7 @@ class SaslSession:
         self.steps = 0  # pass-through: SaslAuthenticate answers received
         self.pending_name: str | None = None  # pass-through: who the exchange is for
         self.closing = False  # refused: the connection closes once the answer is out
+        self.checking = False  # a step's check runs off the loop: nothing more is read
         self.versions_answered = False  # an ApiVersions was answered before the handshake
         self.failures = 0
         self.bad_mechanism: str | None = None
@@ -438,9 +425,10 @@ class SaslSession:
             self.server = self.authenticator.server(mechanism)
         return ErrorCode.NONE, ""
 
-    def authenticate(self, data: bytes, now_ms: int) -> tuple[bytes, int | None]:
+    def authenticate(self, data: bytes, now_ms: int) -> tuple[bytes, int | None] | Step:
         """A SaslAuthenticate: the bytes to answer, and once complete the session's lifetime in
-        ms (0: none); :class:`SaslFailure` if refused."""
+        ms (0: none); :class:`SaslFailure` if refused. A step with a check to run first (off
+        the loop) is returned as it is: its outcome goes to :meth:`checked`."""
         if self.state != NEED_AUTHENTICATE:
             raise SaslFailure(
                 ErrorCode.ILLEGAL_SASL_STATE,
@@ -456,6 +444,19 @@ class SaslSession:
             raise
         if not step.done:
             return step.challenge, None
+        if step.check is not None:
+            self.checking = True
+            return step
+        assert step.name is not None
+        return step.challenge, self.complete(user(step.name), step.expires_ms, now_ms)
+
+    def checked(self, step: Step, passed: bool, now_ms: int) -> tuple[bytes, int]:
+        """The end of an exchange whose last step waited for its check (``passed``: how it
+        went), as :meth:`authenticate` ends it."""
+        self.checking = False
+        if not passed:
+            self.state = NEED_HANDSHAKE
+            raise SaslFailure(ErrorCode.SASL_AUTHENTICATION_FAILED, FAILED)
         assert step.name is not None
         return step.challenge, self.complete(user(step.name), step.expires_ms, now_ms)
 
@@ -517,361 +518,3 @@ def passthrough_principal(mechanism: str, message: bytes, sub_claim: str) -> str
 
 PASSTHROUGH_STEPS = {"PLAIN": 1, "OAUTHBEARER": 1, "SCRAM-SHA-256": 2, "SCRAM-SHA-512": 2}
 """How many successful SaslAuthenticate answers complete an exchange (pass-through)."""
-
-
-# ---------------------------------------------------------------- the connection's side
-
-
-class SaslListener(Protocol):
-    """The Kafka listener, as the SASL gate sees it."""
-
-    @property
-    def upstream(self) -> Forwarder | None:
-        """The upstream broker (pass-through relays the exchange to it); None: no upstream."""
-
-    @property
-    def on_auth_failed(self) -> Callable[[str, str, str, str], None] | None:
-        """Called with (listener, mechanism, peer, reason) for each client refused."""
-
-
-class SaslConnection(ClientConnection, Protocol):
-    """A client connection on a SASL listener, as the gate sees it
-    (``listener.KafkaConnection``): its session, its answer order (``expect``/``complete``,
-    and its upstream connection for pass-through, from :class:`ClientConnection`), its
-    principal, and closing it."""
-
-    sasl: SaslSession | None
-    """The exchange's state (None on a listener without SASL)."""
-
-    @property
-    def listener(self) -> SaslListener:
-        """The listener it came through."""
-
-    @property
-    def peer(self) -> str:
-        """The client's address (for the log)."""
-
-    @property
-    def closed(self) -> bool:
-        """Whether it is closed."""
-
-    def set_principal(self, principal: KafkaPrincipal) -> None:
-        """The requests read from now on carry ``principal``."""
-
-    def close_when_drained(self) -> None:
-        """Close once the answers in its order are written."""
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds: token expiries (``exp``) are wall-clock times."""
-    return int(time.time() * 1000)
-
-
-def intercept(
-    conn: SaslConnection, key: int, version: int, correlation_id: int, frame: bytes, pos: int
-) -> bool:
-    """Called for every request of a connection on a SASL listener before anything else reads
-    it: True when this module took care of it (a SASL request, or a request refused because the
-    connection has not authenticated or its session expired), False to serve it as usual."""
-    session = conn.sasl
-    assert session is not None
-    if session.closing:
-        return True  # an authentication failed: nothing more is read
-    if key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
-        _serve(conn, session, key, version, correlation_id, frame, pos)
-        return True
-    if session.authenticated and session.expired(now_ms()):
-        # Any request but a re-authentication closes an expired session, ApiVersions
-        # included (Kafka's SocketServer: only a SaslHandshake may begin one).
-        conn.fail(
-            "its SASL session expired (connections.max.reauth.ms) and it did not re-authenticate"
-        )
-        return True
-    if key == API_VERSIONS:
-        return _api_versions(conn, session, version, correlation_id)
-    if not session.authenticated:
-        why = (
-            f"{wire.api_name(key)} before SASL authentication (ILLEGAL_SASL_STATE: only "
-            "ApiVersions, SaslHandshake and SaslAuthenticate are accepted first)"
-        )
-        _observe(conn, "none", why)
-        conn.fail(why)
-        return True
-    if session.state == NEED_AUTHENTICATE:
-        conn.fail(f"{wire.api_name(key)} in the middle of a SASL re-authentication")
-        return True
-    return False
-
-
-def _api_versions(
-    conn: SaslConnection, session: SaslSession, version: int, correlation_id: int
-) -> bool:
-    """An ApiVersions on a SASL connection, as Kafka's SaslServerAuthenticator reads it: before
-    the handshake one is answered as usual (again only after an error answer, UNSUPPORTED_VERSION
-    or INVALID_REQUEST: a second one closes the connection); between the handshake and the exchange's end (also of a
-    re-authentication) it is answered ILLEGAL_SASL_STATE with no API keys and the connection
-    is closed; once authenticated it is answered as usual. True when it was taken care of."""
-    if session.state == NEED_AUTHENTICATE:
-        answer = wire.build(
-            wire.response_class(API_VERSIONS, version if _versions_ok(version) else 0),
-            error_code=ErrorCode.ILLEGAL_SASL_STATE,
-            api_keys=[],
-            throttle_time=0,
-        )
-        data = wire.frame_raw(correlation_id, False, wire.encode_body(answer))
-        why = "ApiVersions during the SASL exchange (ILLEGAL_SASL_STATE)"
-        _refuse_later(conn, session, conn.expect(), data, why)
-        return True
-    if not session.authenticated and session.versions_answered:
-        why = "a second ApiVersions before the SaslHandshake"
-        _observe(conn, "none", why)
-        conn.fail(why)
-        return True
-    return False  # answered by the listener, which marks ``versions_answered``
-
-
-def _versions_ok(version: int) -> bool:
-    lo, hi = API_VERSIONS_RANGE
-    return lo <= version <= hi
-
-
-def _serve(
-    conn: SaslConnection,
-    session: SaslSession,
-    key: int,
-    version: int,
-    correlation_id: int,
-    frame: bytes,
-    pos: int,
-) -> None:
-    lo, hi = HANDSHAKE_VERSIONS if key == SASL_HANDSHAKE else AUTHENTICATE_VERSIONS
-    if not lo <= version <= hi:
-        conn.fail(f"{wire.api_name(key)} v{version} is not supported (v{lo}-v{hi})")
-        return
-    try:
-        entity = wire.decode(key, version, frame, wire.body_offset(frame, key, version, pos))
-    except wire.WireError as exc:
-        conn.fail(str(exc))
-        return
-    if session.state == AUTHENTICATED:
-        now = now_ms()
-        if key == SASL_HANDSHAKE and session.may_reauthenticate(now):
-            session.reauth_started_ms = now  # a re-authentication begins
-        elif session.expired(now):
-            conn.fail(
-                "its SASL session expired (connections.max.reauth.ms) and it did not "
-                "re-authenticate"
-            )
-            return
-        else:
-            # Kafka's KafkaApis answers these of an authenticated connection in-band and keeps
-            # it: nothing is refused, no credential was tried.
-            conn.complete(conn.expect(), illegal_sasl_state(key, version, correlation_id))
-            return
-    if (
-        key == SASL_AUTHENTICATE
-        and session.bad_mechanism is not None
-        and session.state == NEED_AUTHENTICATE
-    ):
-        # Kafka fails such a re-authentication here, without an answer: the connection is
-        # closed after connection.failed.authentication.delay.ms (the client reconnects and
-        # authenticates afresh, with its mechanism).
-        _refused(conn, session, session.bad_mechanism, close=False)
-        delay = session.authenticator.failure_delay_ms / 1000
-        asyncio.get_running_loop().call_later(delay, conn.close_when_drained)
-        return
-    slot = conn.expect()
-    authenticator = session.authenticator
-    upstream = conn.listener.upstream
-    if key == SASL_HANDSHAKE:
-        mechanism = str(entity.mechanism)
-        code, message = session.handshake(mechanism)
-        if (
-            code == ErrorCode.NONE
-            and authenticator.passthrough
-            and upstream is not None
-            and session.bad_mechanism is None
-        ):
-            _relay(conn, session, slot, key, version, frame, None)
-            return
-        answer = wire.build(
-            wire.response_class(key, version),
-            error_code=code,
-            mechanisms=list(authenticator.mechanisms),
-        )
-        data = wire.frame(key, version, correlation_id, answer)
-        if code != ErrorCode.NONE:
-            _refuse_later(conn, session, slot, data, f"SaslHandshake {mechanism}: {message}")
-        else:
-            conn.complete(slot, data)
-        return
-    auth_bytes = bytes(entity.auth_bytes)
-    if authenticator.passthrough and upstream is not None:
-        if session.state != NEED_AUTHENTICATE:
-            _fail(conn, session, slot, version, correlation_id, _no_handshake())
-            return
-        if session.steps == 0:
-            assert session.mechanism is not None
-            session.pending_name = passthrough_principal(
-                session.mechanism, auth_bytes, authenticator.sub_claim
-            )
-        _relay(conn, session, slot, key, version, frame, correlation_id)
-        return
-    now = now_ms()
-    try:
-        challenge, lifetime = session.authenticate(auth_bytes, now)
-    except SaslFailure as failure:
-        _fail(conn, session, slot, version, correlation_id, failure)
-        return
-    if lifetime is not None:
-        assert session.principal is not None
-        conn.set_principal(session.principal)
-    answer = wire.build(
-        wire.response_class(key, version),
-        error_code=ErrorCode.NONE,
-        error_message=None,
-        auth_bytes=challenge,
-        session_lifetime=lifetime or 0,
-    )
-    conn.complete(slot, wire.frame(key, version, correlation_id, answer))
-
-
-def illegal_sasl_state(key: int, version: int, correlation_id: int) -> bytes:
-    """ILLEGAL_SASL_STATE for a SaslHandshake that begins no re-authentication, or a
-    SaslAuthenticate outside an exchange, on an authenticated connection — or either of them
-    on a listener without SASL (Kafka's ``KafkaApis.handleSaslHandshakeRequest`` /
-    ``handleSaslAuthenticateRequest``, which answer them so wherever they reach it)."""
-    cls = wire.response_class(key, version)
-    if key == SASL_HANDSHAKE:
-        answer = wire.build(cls, error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])
-    else:
-        answer = wire.build(
-            cls,
-            error_code=ErrorCode.ILLEGAL_SASL_STATE,
-            error_message=AFTER_AUTHENTICATION,
-            auth_bytes=b"",
-            session_lifetime=0,
-        )
-    return wire.frame(key, version, correlation_id, answer)
-
-
-def _no_handshake() -> SaslFailure:
-    return SaslFailure(
-        ErrorCode.ILLEGAL_SASL_STATE, "Unexpected SaslAuthenticate: no SaslHandshake before it"
-    )
-
-
-def _fail(
-    conn: SaslConnection,
-    session: SaslSession,
-    slot: object,
-    version: int,
-    correlation_id: int,
-    failure: SaslFailure,
-) -> None:
-    """Answer a refused SaslAuthenticate after ``connection.failed.authentication.delay.ms``
-    (Kafka's brake on guessing), then close."""
-    answer = wire.build(
-        wire.response_class(SASL_AUTHENTICATE, version),
-        error_code=failure.code,
-        error_message=failure.message,
-        auth_bytes=b"",
-        session_lifetime=0,
-    )
-    data = wire.frame(SASL_AUTHENTICATE, version, correlation_id, answer)
-    _refuse_later(conn, session, slot, data, failure.message)
-
-
-def _refuse_later(
-    conn: SaslConnection, session: SaslSession, slot: object, data: bytes, why: str
-) -> None:
-    """A refusal of the exchange (any of its requests: Kafka's KafkaChannel delays every
-    authentication failure): answered after ``connection.failed.authentication.delay.ms``,
-    then the connection is closed."""
-    _refused(conn, session, why)
-    delay = session.authenticator.failure_delay_ms / 1000
-    asyncio.get_running_loop().call_later(delay, _answer_and_close, conn, slot, data)
-
-
-def _answer_and_close(conn: SaslConnection, slot: object, data: bytes) -> None:
-    if not conn.closed:
-        conn.complete(slot, data)
-        conn.close_when_drained()
-
-
-def _refused(conn: SaslConnection, session: SaslSession, why: str, close: bool = True) -> None:
-    session.closing = True
-    session.failures += 1
-    log.info("Failed authentication with %s (%s): %s", conn.peer, session.mechanism, why)
-    _observe(conn, session.mechanism or "none", why)
-    if close:
-        conn.close_when_drained()
-
-
-def _observe(conn: SaslConnection, mechanism: str, why: str) -> None:
-    on_failed = conn.listener.on_auth_failed
-    if on_failed is not None:
-        on_failed("kafka", mechanism, conn.peer, why)
-
-
-def _relay(
-    conn: SaslConnection,
-    session: SaslSession,
-    slot: object,
-    key: int,
-    version: int,
-    frame: bytes,
-    correlation_id: int | None,
-) -> None:
-    """Pass-through: forward the request on the connection's own upstream connection, relay
-    the broker's answer, and follow the exchange in it."""
-    upstream = conn.listener.upstream
-    assert upstream is not None
-    future = upstream.forward_future(conn, key, version, frame)
-
-    def answered(done: asyncio.Future[bytes]) -> None:
-        if done.cancelled() or done.exception() is not None or conn.closed:
-            return
-        reply = done.result()
-        _relayed(conn, session, slot, key, version, reply)
-
-    future.add_done_callback(answered)
-
-
-def _relayed(
-    conn: SaslConnection, session: SaslSession, slot: object, key: int, version: int, reply: bytes
-) -> None:
-    flexible = wire.response_header_flexible(key, version)
-    try:
-        resp = wire.decode_response(key, version, reply, 4 + (1 if flexible else 0))
-    except wire.WireError as exc:
-        conn.fail(f"unreadable SASL answer from the upstream broker: {exc}")
-        return
-    conn.complete(slot, wire.I32.pack(len(reply)) + reply)
-    code = int(resp.error_code)
-    if code != ErrorCode.NONE:
-        session.state = NEED_HANDSHAKE
-        message = getattr(resp, "error_message", None) or ErrorCode(code).name
-        _refused(conn, session, f"the upstream broker refused it: {message}")
-        return
-    if key == SASL_HANDSHAKE:
-        return
-    session.steps += 1
-    assert session.mechanism is not None
-    if session.steps < PASSTHROUGH_STEPS.get(session.mechanism, 1):
-        return
-    name = session.pending_name
-    if name is None:
-        conn.fail("the upstream accepted a SASL exchange whose principal cannot be read")
-        return
-    lifetime_ms = wire.to_ms(getattr(resp, "session_lifetime", None))
-    now = now_ms()
-    try:
-        # The broker's lifetime is the session's: expired, it would refuse the connection too.
-        session.complete(user(name), now + lifetime_ms if lifetime_ms > 0 else None, now)
-    except SaslFailure as failure:
-        _refused(conn, session, failure.message)
-        return
-    session.expires_at_ms = now + lifetime_ms if lifetime_ms > 0 else None
-    assert session.principal is not None
-    conn.set_principal(session.principal)
