@@ -629,3 +629,54 @@ def test_a_pipeline_on_a_dropped_connection_leaves_no_psycopg_warning(
     assert [r.getMessage() for r in caplog.records if r.name == "psycopg"] == [
         "another psycopg warning"
     ]
+
+
+def test_an_earlier_process_leaving_does_not_free_the_controller_its_node_id_holds_now(
+    pg_dsn: str,
+) -> None:
+    """Node 1's first process (incarnation ``old``) was the controller; cut off past its
+    registration, it was replaced by a second process with id 1 (``new``), which became the
+    controller once the first one's lease ran out. The first one stopping then (SIGTERM, its
+    connection back) unregisters only itself: the controller's lease stays the second one's,
+    at its epoch. Before, its ``unregister`` freed the controller's lease of node 1, whoever
+    held it, and the second process lost it until its next heartbeat (a controller change
+    for nothing, another node may take it meanwhile)."""
+    from coordinator.runtime.store.postgres_leases import PostgresLeases
+
+    PostgresRecordStore(pg_dsn, partitions=P).close()
+    leases = PostgresLeases(pg_dsn, where="test")
+    try:
+
+        def tick(incarnation: str, controller_epoch: int | None) -> int | None:
+            return leases.tick(
+                1,
+                incarnation,
+                {},
+                60_000,
+                controller_epoch=controller_epoch,
+                cluster_offset=-1,
+                loaded={},
+            ).controller_epoch
+
+        def controller() -> tuple[Any, ...]:
+            with psycopg.connect(pg_dsn) as conn:
+                row = conn.execute(
+                    "SELECT node_id, epoch, expires_at > clock_timestamp() FROM kip848_controller"
+                ).fetchone()
+                assert row is not None
+                return tuple(row)
+
+        assert leases.register(1, "old", "127.0.0.1:1", None, 60_000) is None
+        assert tick("old", None) == 1
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:  # cut off past its lease
+            conn.execute("UPDATE kip848_nodes SET expires_at = clock_timestamp() - interval '1s'")
+            conn.execute("UPDATE kip848_controller SET expires_at = clock_timestamp()")
+        assert leases.register(1, "new", "127.0.0.1:2", None, 60_000) is None
+        assert tick("new", None) == 2
+        leases.unregister(1, "old")
+        assert controller() == (1, 2, True)
+        assert tick("new", 2) == 2
+        leases.unregister(1, "new")  # the second one leaving frees it
+        assert controller() == (None, 2, None)
+    finally:
+        leases.close()

@@ -320,9 +320,10 @@ class PostgresLeases:
             " WHERE node_id = %s AND incarnation = %s",
             (node_id, incarnation),
         )
-        self._run(
-            "UPDATE kip848_controller SET expires_at = NULL, node_id = NULL WHERE node_id = %s",
-            (node_id,),
+        self._run(  # the controller's lease only if this process holds it, not a later one
+            "UPDATE kip848_controller SET expires_at = NULL, node_id = NULL WHERE node_id = %s"
+            " AND EXISTS (SELECT 1 FROM kip848_nodes WHERE node_id = %s AND incarnation = %s)",
+            (node_id, node_id, incarnation),
         )
         self._run(f"SELECT {_NOTIFY}")
 
