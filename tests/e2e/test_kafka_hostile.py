@@ -198,6 +198,45 @@ def test_a_huge_length_in_every_served_api_and_version_is_refused(
     assert server.proc.poll() is None
 
 
+def describe_groups_v0(count: int) -> bytes:
+    """A DescribeGroups v0 frame naming ``count`` groups, each "g" (3 bytes a group)."""
+    body = struct.pack(">i", count) + b"\0\x01g" * count
+    payload = struct.pack(">hhih", 15, 0, 7, -1) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def test_a_request_naming_millions_of_elements_is_refused_before_it_is_decoded(
+    server: KafkaServer, witness: Witness
+) -> None:
+    """A 15 MB DescribeGroups of 5 million groups (and a 90 MB OffsetCommit of 5 million
+    partitions, which held the loop 68 s and grew the process by 2.3 GB) cost the loop in
+    proportion to their elements — decoding, the service's refusal of each one over the
+    request limits, the answer. Past twice what the limits allow (plus one per known topic)
+    the request is refused before it is decoded: its connection closed with one warning, the
+    witness answered meanwhile. Below that, over the limits, it is answered in-band."""
+    mark = len(log_lines(server))
+    began = time.monotonic()
+    closes_with_one_warning(
+        server,
+        witness,
+        describe_groups_v0(5_000_000),
+        "describe_groups v0: DescribeGroupsRequest.groups: more array elements than one request "
+        "may hold",
+    )
+    assert time.monotonic() - began < 5
+    c = server.client()
+    answer = c.call(request(15, 0, groups=[f"g{i}" for i in range(10_001)]))
+    assert answer == wire.build(
+        wire.response_class(15, 0),
+        groups=[
+            {"error_code": E.invalid_request, "group_id": f"g{i}", "group_state": ""}
+            for i in range(10_001)
+        ],
+    )
+    c.close()
+    warnings_since(server, mark)
+
+
 # ---------------------------------------------------------------- clients that do not read
 
 

@@ -316,6 +316,49 @@ def test_a_negative_length_of_a_nullable_field_is_null_as_kafka_reads_it() -> No
     assert wire.parse_header(header) == (18, 0, 7, None, 10)
 
 
+def test_the_elements_of_a_request_are_counted_before_it_is_decoded() -> None:
+    """With ``max_elements``, the strings and structures of every array, at every depth, count
+    (arrays of fixed-size items do not: a member's owned partitions); one more than the bound
+    is refused before kio decodes anything."""
+    describe = wire.encode_body(wire.build(wire.request_class(15, 5), groups=["a", "b", "c"]))
+    assert wire.decode(15, 5, describe, 0, max_elements=3).groups == ("a", "b", "c")
+    with pytest.raises(
+        wire.WireError,
+        match="describe_groups v5: DescribeGroupsRequest.groups: more array elements than one "
+        "request may hold",
+    ):
+        wire.decode(15, 5, describe, 0, max_elements=2)
+    partitions = [{"partition_index": i, "committed_offset": i} for i in range(3)]
+    commit = wire.build(
+        wire.request_class(8, 9),
+        group_id="g",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        topics=[{"name": "t", "partitions": partitions}, {"name": "u", "partitions": []}],
+    )
+    data = wire.encode_body(commit)
+    assert wire.decode(8, 9, data, 0, max_elements=5) == commit  # 2 topics + 3 partitions
+    with pytest.raises(
+        wire.WireError, match="OffsetCommitRequestTopic.partitions: more array elements"
+    ):
+        wire.decode(8, 9, data, 0, max_elements=4)
+    owned = wire.build(
+        wire.request_class(68, 1),
+        group_id="g",
+        member_id="m",
+        member_epoch=1,
+        topic_partitions=[{"topic_id": uuid.uuid4(), "partitions": list(range(1000))}],
+    )
+    data = wire.encode_body(owned)
+    assert wire.decode(68, 1, data, 0, max_elements=1) == owned
+    with pytest.raises(wire.WireError, match="more array elements"):
+        wire.decode(68, 1, data, 0, max_elements=0)
+    huge = struct.pack(">i", 2_000_000) + b"\0\0" * 2_000_000  # 2 million empty group ids
+    with pytest.raises(wire.WireError, match="more array elements"):
+        wire.decode(15, 0, huge, 0, max_elements=20_000)
+    assert len(wire.decode(15, 0, huge, 0).groups) == 2_000_000  # no bound: all of them
+
+
 def test_a_version_the_codec_does_not_know_is_a_wire_error() -> None:
     with pytest.raises(wire.WireError, match="find_coordinator v99 is not known to the codec"):
         wire.request_class(10, 99)

@@ -66,7 +66,14 @@ async def start(
     port = await broker.start()
     upstream = Upstream(f"127.0.0.1:{port}", request_timeout_ms=timeout_ms)
     upstream.versions = dict(VERSIONS)
-    service: Any = SimpleNamespace(authorizer=SimpleNamespace(open=True, ready=True))
+    service: Any = SimpleNamespace(
+        authorizer=SimpleNamespace(open=True, ready=True),
+        # What the listener's element budget reads (KafkaApis.element_budget): no topics.
+        limits=SimpleNamespace(max_groups=10_000, max_partitions=10_000),
+        runtime=SimpleNamespace(
+            registry=SimpleNamespace(image=lambda: SimpleNamespace(by_name={}))
+        ),
+    )
     listener = KafkaListener(service, upstream=upstream)
     observed: list[tuple[int, bool, bool]] = []
     listener.on_forward = lambda key: lambda answered, late: observed.append((key, answered, late))

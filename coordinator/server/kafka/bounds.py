@@ -18,7 +18,9 @@ and version), that decodes nothing and allocates nothing per element, and refuse
   longer than 5 bytes, a truncated body;
 * a compact string longer than 32767 bytes (Kafka: "string field had invalid length"; a legacy
   string's int16 length cannot say more);
-* a tagged field that does not end where its size says, or that runs past its entity.
+* a tagged field that does not end where its size says, or that runs past its entity;
+* with ``max_elements`` (requests served here: ``served.KafkaApis.element_budget``), more
+  elements in all in its arrays of strings and structures (:class:`TooManyElements`).
 
 Tagged fields the schema does not know are skipped, as Kafka skips them: :func:`check`
 returns the body with them cut out (the very same bytes when there are none, the common
@@ -36,6 +38,7 @@ less than decoding: about a microsecond for a steady ConsumerGroupHeartbeat.
 
 from __future__ import annotations
 
+import sys
 import types
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
@@ -62,13 +65,29 @@ FIXED_SIZE = {
 }
 VARIABLE = frozenset({"string", "bytes", "records"})
 
-Cuts = list[tuple[int, int, bytes]]
+
+class Cuts(list[tuple[int, int, bytes]]):
+    """What a walk marks to be replaced in the body (start, end, bytes), and the array elements
+    it may still read (``left``: :func:`check`'s ``max_elements``)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, left: int = sys.maxsize) -> None:
+        super().__init__()
+        self.left = left
+
+
 Walker = Callable[[Any, int, int, Cuts], int]
 
 
 class WireError(Exception):
     """A request that cannot be read (truncated, garbage, lengths the frame cannot hold, unknown
     api key or version); ``wire.WireError`` is this class."""
+
+
+class TooManyElements(WireError):
+    """A body whose arrays of strings and structures hold more elements in all than
+    :func:`check`'s ``max_elements``."""
 
 
 def read_uvarint(buf: Any, pos: int, end: int) -> tuple[int, int]:
@@ -287,6 +306,11 @@ def _emit(src: _Source, ind: int, f: _Field, skip: int) -> int:
             src.add(ind, "if n > 0:")
             src.add(ind + 1, f"pos += n * {item.size}")
         else:
+            # Strings and structures cost the decoder and the service each: counted.
+            src.add(ind, "if n > 0:")
+            src.add(ind + 1, "cuts.left -= n")
+            src.add(ind + 1, "if cuts.left < 0:")
+            src.add(ind + 2, f"_too_many('{f.name}')")
             src.add(ind, "for _ in range(n):")
             body = len(src.lines)
             rest = _emit(src, ind + 1, item, 0)
@@ -337,11 +361,16 @@ def _compile(src: _Source, name: str) -> Walker:
         "_int": _int,
         "_tags": _tags,
         "_text": _text,
+        "_too_many": _too_many,
         **src.names,
     }
     exec(compile(code, f"<bounds {name}>", "exec"), scope)  # our own source, from the schema
     walk: Walker = scope["walk"]
     return walk
+
+
+def _too_many(field: str) -> None:
+    raise TooManyElements(f"{field}: more array elements than one request may hold")
 
 
 def _tag_walker(cls: Any, tag: int, sanitize: bool = False) -> Walker | None:
@@ -383,9 +412,10 @@ def _tags(cls: Any, buf: Any, pos: int, end: int, cuts: Cuts, sanitize: bool = F
         if walk is None:
             rewrite = True
         else:
-            inner: Cuts = []
+            inner = Cuts(cuts.left)
             if walk(buf, pos, tag_end, inner) != tag_end:
                 raise WireError(f"tagged field {tag} does not fill its {size} bytes")
+            cuts.left = inner.left
             rewrite = rewrite or bool(inner)
             kept.append((tag, tag_start, pos, tag_end, inner))
         pos = tag_end
@@ -416,12 +446,16 @@ def _cut(buf: Any, start: int, end: int, cuts: Cuts) -> bytes:
 # ---------------------------------------------------------------- entry points
 
 
-def check(cls: Any, buf: bytes, pos: int, sanitize: bool = False) -> bytes:
+def check(
+    cls: Any, buf: bytes, pos: int, sanitize: bool = False, max_elements: int | None = None
+) -> bytes:
     """Check the body of an entity of ``cls`` at ``pos`` (to the end of ``buf``); returns
     ``buf``, or a copy without the tagged fields the schema does not know (``sanitize``: and
     with each string that is not UTF-8 as Kafka reads it, U+FFFD for each bad sequence). Raises
-    :class:`WireError`."""
-    cuts: Cuts = []
+    :class:`WireError`; :class:`TooManyElements` as soon as its arrays of strings and structures
+    (at every depth, tagged fields' too) announce more than ``max_elements`` elements in all
+    (None: no such bound), before anything is decoded."""
+    cuts = Cuts(sys.maxsize if max_elements is None else max_elements)
     end = len(buf)
     try:
         after = walker_of(cls, sanitize)(buf, pos, end, cuts)
@@ -436,7 +470,7 @@ def tags_at(cls: Any, buf: Any, pos: int) -> int:
     """The position of the top-level tagged fields of a flexible entity of ``cls`` whose body
     starts at ``pos`` (lengths followed, nothing decoded; WireError if it does not fit)."""
     end = len(buf)
-    cuts: Cuts = []
+    cuts = Cuts()
     untagged, _tagged = _fields(cls)
     try:
         for field in untagged:

@@ -535,7 +535,7 @@ class KafkaConnection(asyncio.Protocol):
             self._sasl_without_sasl(key, version, correlation_id, frame, pos)
             return
         if key == apis.FIND_COORDINATOR and listener.upstream is not None:
-            entity = self._decoded(key, version, frame, pos)
+            entity = self._decoded(key, version, frame, pos, listener.served.element_budget())
             if entity is None:
                 return
             if getattr(entity, "key_type", 0) != 0 and key in listener.upstream.versions:
@@ -657,10 +657,14 @@ class KafkaConnection(asyncio.Protocol):
         """Answer the request just read, here and now (None: a request without a response)."""
         self.complete(self._slot(), data)
 
-    def _decoded(self, key: int, version: int, frame: bytes, pos: int) -> Any:
-        """A request's body, or None after closing the connection when it does not decode."""
+    def _decoded(
+        self, key: int, version: int, frame: bytes, pos: int, max_elements: int | None = None
+    ) -> Any:
+        """A request's body, or None after closing the connection when it does not decode
+        (``max_elements``: ``wire.decode``'s)."""
         try:
-            return wire.decode(key, version, frame, wire.body_offset(frame, key, version, pos))
+            offset = wire.body_offset(frame, key, version, pos)
+            return wire.decode(key, version, frame, offset, max_elements)
         except wire.WireError as exc:
             self.fail(str(exc))
             return None

@@ -105,6 +105,19 @@ class KafkaApis:
         self._versions_source: object = None
         self._versions_bodies: dict[tuple[int, int, bool], bytes] = {}
 
+    def element_budget(self) -> int:
+        """The array elements (strings and structures, at every depth) a request decoded here
+        may hold in all: twice what the request limits let one name
+        (``group.coordinator.request.max.groups`` + ``.max.partitions``), plus one per known
+        topic (a Metadata of every topic by name, a member's owned partitions of each). Past
+        it, the request is refused before it is decoded (``bounds.TooManyElements``): its cost
+        on the loop — decoding, the service's refusal of each element, the answer — grew with
+        the count, a 90 MB OffsetCommit of 5 million partitions held the loop 68 s."""
+        service = self.listener.service
+        limits = service.limits
+        topics = len(service.runtime.registry.image().by_name)
+        return 2 * (limits.max_groups + limits.max_partitions) + topics
+
     def served_versions(self, conn: GuardedConnection, key: int) -> tuple[int, int] | None:
         """(min, max) versions of ``key`` when a request of it on ``conn`` is served here, in
         order (``serve``); None when it is not (forwarded, or not served at all)."""
@@ -206,7 +219,8 @@ class KafkaApis:
         frame: bytes,
         pos: int,
     ) -> bytes:
-        entity = wire.decode(key, version, frame, wire.body_offset(frame, key, version, pos))
+        offset = wire.body_offset(frame, key, version, pos)
+        entity = wire.decode(key, version, frame, offset, self.element_budget())
         caller = conn.caller(client_id, version)
         if key in apis.TRANSACTION_KEYS and self.listener.txn is not None:
             if key in txn_guard.RULES and topic_guard.guards(conn):

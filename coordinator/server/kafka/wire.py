@@ -174,9 +174,13 @@ def group_of(api_key: int, version: int, frame: bytes, pos: int) -> str | None:
     return frame[at : at + size].decode("utf-8", "replace")
 
 
-def decode(api_key: int, version: int, frame: bytes, pos: int) -> Entity:
-    """A request body; every length is checked against the frame first (``bounds.py``)."""
-    return _decode(request_class(api_key, version), frame, pos, "")
+def decode(
+    api_key: int, version: int, frame: bytes, pos: int, max_elements: int | None = None
+) -> Entity:
+    """A request body; every length is checked against the frame first (``bounds.py``), and
+    with ``max_elements`` the elements of its arrays of strings and structures are counted:
+    more in all is :class:`bounds.TooManyElements`, before anything is decoded."""
+    return _decode(request_class(api_key, version), frame, pos, "", max_elements)
 
 
 def decode_response(api_key: int, version: int, frame: bytes, pos: int) -> Entity:
@@ -185,10 +189,14 @@ def decode_response(api_key: int, version: int, frame: bytes, pos: int) -> Entit
     return _decode(response_class(api_key, version), frame, pos, " response")
 
 
-def _decode(cls: Any, frame: bytes, pos: int, what: str) -> Entity:
+def _decode(cls: Any, frame: bytes, pos: int, what: str, max_elements: int | None = None) -> Entity:
     reader = _reader(cast(Hashable, cls))
     try:
-        checked = bounds.check(cls, frame, pos)
+        checked = (
+            bounds.check(cls, frame, pos)
+            if max_elements is None
+            else bounds.check(cls, frame, pos, max_elements=max_elements)
+        )
         try:
             entity, _size = reader(checked, pos)
         except Exception:  # kio refuses such a string (and anything else it cannot read)
