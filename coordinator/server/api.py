@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from coordinator.core.errors import ErrorCode
+from coordinator.core.errors import ErrorCode, InconsistentGroupProtocolError
 from coordinator.core.model import Assignment
 from coordinator.core.shard import GroupDescription
 from coordinator.security.metadata import ScramDeletion, ScramUpsertion
@@ -277,3 +277,16 @@ class EveryTopic:
 
 EVERY_TOPIC = EveryTopic()
 """The one :class:`EveryTopic` request."""
+
+
+def check_sync_protocol(
+    protocol_type: str | None, protocol_name: str | None, caller: Caller
+) -> None:
+    """SyncGroup v5 and later must name the protocol type and name: Kafka's KafkaApis refuses
+    one that does not INCONSISTENT_GROUP_PROTOCOL, before it authorizes the request (older
+    versions have neither)."""
+    kafka_v5 = caller.api_version is not None and not caller.version_below(5)
+    if kafka_v5 and (protocol_type is None or protocol_name is None):
+        raise InconsistentGroupProtocolError(
+            "SyncGroup v5 and later must name the protocol type and name."
+        )

@@ -80,6 +80,7 @@ from .api import (
     TopicChanges,
     WatchEvent,
     WatchRequest,
+    check_sync_protocol,
 )
 from .authorization import (
     ALTER,
@@ -711,6 +712,7 @@ class CoordinatorService:
 
     @rpc(_sync_error)
     async def sync_group(self, req: m.SyncGroup, caller: Caller) -> m.SyncGroupResponse:
+        check_sync_protocol(req.protocol_type, req.protocol_name, caller)
         self.authz.check_group(caller, "SyncGroup", READ, req.group_id)
         _check_classic_group_id(req.group_id)
         return await self.runtime.classic_sync(req)

@@ -799,7 +799,14 @@ KAFKA_ROWS = [
         "SyncGroup",
         14,
         5,
-        lambda w: {"group_id": "classic", "generation_id": 1, "member_id": "m", "assignments": []},
+        lambda w: {
+            "group_id": "classic",
+            "generation_id": 1,
+            "member_id": "m",
+            "protocol_type": "consumer",
+            "protocol_name": "range",
+            "assignments": [],
+        },
         GROUP_AUTH,
     ),
     kafka_row(
@@ -1616,7 +1623,16 @@ def test_an_empty_group_id_is_authorized_before_it_is_validated(world: World) ->
         "DeleteGroups": request(42, 2, groups_names=[""]),
         "DescribeGroups": request(15, 5, groups=[""]),
         "ConsumerGroupDescribe": request(69, 0, group_ids=[""]),
-        "SyncGroup": request(14, 5, group_id="", generation_id=1, member_id="m", assignments=[]),
+        "SyncGroup": request(
+            14,
+            5,
+            group_id="",
+            generation_id=1,
+            member_id="m",
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=[],
+        ),
         "Heartbeat": request(12, 4, group_id="", generation_id=1, member_id="m"),
         "LeaveGroup": request(13, 4, group_id="", members=[{"member_id": "m"}]),
     }

@@ -22,6 +22,7 @@ from coordinator.security.authorizer import AuthorizerConfig, Refusal
 from coordinator.security.principal import user
 from coordinator.server.api import AclSpec, Caller, TopicChanges
 from coordinator.server.service import CoordinatorService
+from legacy_bridge import messages as m
 
 ADMIN = Caller(principal=user("admin"))
 EVERY_ACL = AclSpec(  # a filter: ANY (1) of each
@@ -357,3 +358,28 @@ def test_a_refusal_is_an_audit_line_and_a_counted_metric(caplog: pytest.LogCaptu
         {"rpc": "JoinGroup", "operation": "READ", "resource_type": "GROUP"},
     )
     assert sample == 1.0
+
+
+async def test_a_syncgroup_v5_without_its_protocol_is_refused_before_it_is_authorized(
+    svc,
+) -> None:
+    """SyncGroup v5+ must name its protocol type and name: Kafka's KafkaApis answers one that
+    does not INCONSISTENT_GROUP_PROTOCOL before it authorizes anything (no refusal reported,
+    whoever sends it); v4 and older have neither and are authorized as usual. Before, such a
+    v5 request was authorized first (GROUP_AUTHORIZATION_FAILED for a client refused the group)
+    and, from a client allowed it, taken as naming nothing (served)."""
+    service, refusals = svc
+    await grant(service, acl(3, "g", OP.READ, principal="User:other"))  # not alice
+    unnamed = m.SyncGroup(group_id="g", generation_id=1, member_id="m", protocol_type="consumer")
+    for caller in (replace(ALICE, api_version=5), replace(ADMIN, api_version=5)):
+        answer = await service.sync_group(unnamed, caller)
+        assert answer == m.SyncGroupResponse(
+            error_code=ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+            error_message="SyncGroup v5 and later must name the protocol type and name.",
+        )
+    assert refusals == []
+    old = await service.sync_group(
+        replace(unnamed, protocol_type=None), replace(ALICE, api_version=4)
+    )
+    assert old.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert [r.api for r in refusals] == ["SyncGroup"]
