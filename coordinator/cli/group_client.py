@@ -15,11 +15,20 @@ from typing import Any
 
 from coordinator.cli.errors import CommandFailed
 from coordinator.cli.report import report
-from coordinator.cli.rpc import RETRY_FIRST_S, RETRY_MAX_S, call, channel, nothing_done
+from coordinator.cli.rpc import (
+    LOAD_IN_PROGRESS,
+    RETRY_FIRST_S,
+    RETRY_MAX_S,
+    call,
+    channel,
+    nothing_done,
+)
 
 MOVED = (15, 16)
 """COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: the group's coordinator is elsewhere now."""
 CLUSTER_AUTHORIZATION_FAILED = 31
+UNSETTLED = (LOAD_IN_PROGRESS, 15)
+"""COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE: DescribeCluster asked again."""
 
 
 class GroupClient:
@@ -101,21 +110,32 @@ class GroupClient:
     def every_node(self) -> list[GroupClient]:
         """The clients of every live node (DescribeCluster, asked once); this one alone for a
         single node, or when the server does not say (a principal without DESCRIBE on the
-        cluster, a server without the RPC)."""
+        cluster, a server without the RPC). A node still loading is asked again within
+        ``--timeout``; still loading then, the command fails (its own groups are not all)."""
         if self._every is None:
             self._every = [self]
             import grpc
 
             from kip848.v1 import admin_pb2
 
-            try:
-                resp = self.admin.DescribeCluster(
-                    admin_pb2.DescribeClusterRequest(),
-                    timeout=self.args.timeout,
-                    metadata=(("client-id", "kip848-cli"),),
-                )
-            except grpc.RpcError:
-                return self._every
+            deadline = time.monotonic() + self.args.timeout
+            pause = RETRY_FIRST_S
+            while True:  # retried while the node loads, within --timeout
+                try:
+                    resp = self.admin.DescribeCluster(
+                        admin_pb2.DescribeClusterRequest(),
+                        timeout=max(deadline - time.monotonic(), 0.001),
+                        metadata=(("client-id", "kip848-cli"),),
+                    )
+                except grpc.RpcError:
+                    return self._every
+                if resp.error_code not in UNSETTLED or time.monotonic() + pause >= deadline:
+                    break
+                time.sleep(pause)
+                pause = min(pause * 2, RETRY_MAX_S)
+            if resp.error_code in UNSETTLED:  # not this node's groups alone, as if all
+                report("describe cluster", resp.error_code, resp.error_message)
+                raise CommandFailed
             if not resp.error_code and len(resp.nodes) > 1:
                 self._every = [
                     self.at(f"[{n.host}]:{n.port}" if ":" in n.host else f"{n.host}:{n.port}")
