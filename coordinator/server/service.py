@@ -53,7 +53,7 @@ from coordinator.core.offsets import (
 )
 from coordinator.core.offsets import TopicResult as OffsetTopicResult
 from coordinator.core.topics import NewTopic, TopicResult
-from coordinator.runtime import CoordinatorRuntime, RuntimeState
+from coordinator.runtime import CoordinatorRuntime
 from coordinator.security.acls import CLUSTER_NAME, AclBinding, new_binding, new_filter
 from coordinator.security.authorizer import Authorizer, AuthorizerConfig
 from coordinator.security.metadata import AclCreation, AclDeletion, UserResult
@@ -99,6 +99,7 @@ from .authorization import (
     refused_groups_apart,
     topics_denied,
 )
+from .find_coordinator import find_coordinators
 from .group_configs import (
     alter_checks,
     alter_error,
@@ -128,9 +129,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kip848.server")
 
-GROUP_KEY_TYPE = 0
-_KEY_RESOURCES = {GROUP_KEY_TYPE: GROUP, 1: TRANSACTIONAL_ID}
-"""FindCoordinator's key types and the resource a key names (Kafka: DESCRIBE on it)."""
 JOIN_MEMBER_ID_REQUIRED_VERSION = 4
 """JoinGroup v4+: a dynamic member's first join gets MEMBER_ID_REQUIRED (KIP-394)."""
 DESCRIBE_GROUP_NOT_FOUND_VERSION = 6
@@ -645,51 +643,8 @@ class CoordinatorService:
     async def find_coordinator(
         self, req: tuple[int, Sequence[str]], caller: Caller
     ) -> Reply[list[Coordinator]]:
-        """``req``: (key type, keys). GROUP keys are answered with the node the request came
-        through (``caller.node``): every listener of this process is the coordinator. Among
-        several nodes, with the node leading the group's coordinator partition
-        (``cluster.py``)."""
-        key_type, keys = req
-        exc: CoordinatorError | None = None
-        if key_type != GROUP_KEY_TYPE:
-            exc = InvalidRequestError(
-                f"Key type {key_type} is not served: this coordinator serves only groups (key type 0)."
-            )
-        elif self.runtime.state is not RuntimeState.ACTIVE:
-            exc = CoordinatorNotAvailableError(f"The coordinator is {self.runtime.state.value}.")
-        elif caller.node is None:
-            exc = CoordinatorNotAvailableError("The coordinator's address is not known yet.")
-        # Kafka (KafkaApis.getCoordinator) authorizes each key first — DESCRIBE on the group, or
-        # on the transactional id — and only then looks for its coordinator: a key the caller
-        # may not describe is refused whatever the coordinator's state (before the ACLs are
-        # loaded nothing can be decided: the state's error).
-        resource = _KEY_RESOURCES.get(key_type)
-        if exc is not None and (not keys or resource is None or not self.authorizer.ready):
-            if not keys:
-                return Reply(value=[], error_code=exc.code, error_message=exc.message)
-            return Reply(value=[_coordinator_error(k, exc) for k in keys])
-        assert resource is not None
-        node = caller.node
-        routing = self.routing
-        answers = []
-        for k in keys:
-            try:
-                self.authz.check(caller, "FindCoordinator", DESCRIBE, resource, k)
-            except CoordinatorError as refused:
-                answers.append(_coordinator_error(k, refused))
-                continue
-            if exc is not None:
-                answers.append(_coordinator_error(k, exc))
-                continue
-            assert node is not None
-            found = node if routing is None else routing.coordinator(k, caller)
-            if isinstance(found, CoordinatorError):
-                answers.append(_coordinator_error(k, found))
-            else:
-                answers.append(
-                    Coordinator(key=k, node_id=found.node_id, host=found.host, port=found.port)
-                )
-        return Reply(value=answers)
+        """``req``: (key type, keys): ``find_coordinator.find_coordinators``."""
+        return find_coordinators(self, req, caller)
 
     @rpc(_join_error)
     async def join_group(self, req: m.JoinGroup, caller: Caller) -> m.JoinGroupResponse:
@@ -862,13 +817,6 @@ def _with_member_id(req: m.JoinGroup, member_id: str) -> m.JoinGroup:
 
 def _group_id_of(g: ListedGroup) -> str:
     return g.group_id
-
-
-def _coordinator_error(key: str, exc: CoordinatorError) -> Coordinator:
-    """A FindCoordinator key answered with an error (node id -1, as Kafka's)."""
-    return Coordinator(
-        key=key, node_id=-1, host="", port=-1, error_code=exc.code, error_message=exc.message
-    )
 
 
 def _with_denied_topics(
