@@ -485,6 +485,9 @@ class ClusterNode:
             self.fenced = (
                 f"node id {cfg.node_id} was registered by another process while this one could "
                 "not renew its registration"
+                if cfg.node_id in tick.state.nodes  # nothing deletes a registration
+                else f"node id {cfg.node_id}'s registration is gone from the store (restored "
+                "from a backup taken before this node started?)"
             )
             log.critical("%s: this node stops serving and exits.", self.fenced)
             self._lose_all(self.fenced)

@@ -432,6 +432,33 @@ def test_a_node_id_is_one_process_and_a_restart_waits_for_the_old_registration(
     asyncio.run(story())
 
 
+def test_a_node_whose_registration_is_gone_from_the_store_stops_for_good_saying_so(
+    store_dsn: str,
+) -> None:
+    """A node whose registration row is gone from the store (the database restored from a
+    backup taken before the node started: no process deleted it) drops everything and stops
+    for good, saying that: before, it said another process had registered its id, which none
+    had."""
+    import psycopg
+
+    async def story() -> None:
+        ledger = Ledger()
+        node, _, _ = make_node(store_dsn, 1, ledger)
+        await node.start()
+        await until(lambda: len(ledger.serving) == P, "node 1 to lead everything")
+        with psycopg.connect(store_dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM kip848_nodes WHERE node_id = 1")
+        await until(lambda: node.fenced is not None, "node 1 to stop")
+        assert node.fenced == (
+            "node id 1's registration is gone from the store (restored from a backup taken "
+            "before this node started?)"
+        )
+        assert ledger.serving == {} and node.led == {} and not node.healthy
+        await node.stop()
+
+    asyncio.run(story())
+
+
 def test_an_operator_move_is_kept_while_its_node_lives(store_dsn: str) -> None:
     """``kip848 cluster move``: the partition goes to the named node and the balancer leaves
     it there; a move to a node that is not live, or of a partition that does not exist, is
