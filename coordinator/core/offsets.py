@@ -581,10 +581,26 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
         stored = self._by_group.get(group_id, {})
         by_name = self._ctx.topics.by_name
         out = []
+        # Kafka's KafkaApis.handleOffsetDeleteRequest answers a topic or partition that does
+        # not exist UNKNOWN_TOPIC_OR_PARTITION before the coordinator sees the rest, whose
+        # answer OffsetDeleteResponse.Builder.merge appends after them (by topic name).
+        unknown: dict[str, list[PartitionResult]] = {}
         for name, partitions in topics:
             subscribed = name in subscribed_topics
+            image = by_name.get(name)
             parts = []
             for p in partitions:
+                if image is None or not 0 <= p < image.num_partitions:
+                    unknown.setdefault(name, []).append(
+                        PartitionResult(
+                            partition_index=p,
+                            error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                            error_message=f"Topic {name} does not exist."
+                            if image is None
+                            else f"Partition {name}-{p} does not exist.",
+                        )
+                    )
+                    continue
                 if subscribed:
                     parts.append(
                         PartitionResult(
@@ -598,15 +614,23 @@ class Offsets(ByGroupId[Mapping[tuple[str, int], r.OffsetCommitValue]]):
                     self._ctx.emit(result, r.offset_commit_tombstone(group_id, name, p))
                 self.txn.delete_partition(result, group_id, name, p)  # pending ones too (Kafka)
                 parts.append(PartitionResult(partition_index=p))
-            image = by_name.get(name)
-            out.append(
+            if parts:  # Kafka asks the coordinator about a topic's existing partitions only
+                out.append((name, parts))
+        if unknown:  # the merge: a topic already answered gets the coordinator's partitions
+            merged = {name: list(parts) for name, parts in unknown.items()}
+            for name, parts in out:
+                merged.setdefault(name, []).extend(parts)
+            out = list(merged.items())
+        result.response = OffsetDeleteResponse(
+            topics=tuple(
                 TopicResult(
                     name=name,
-                    topic_id=image.topic_id if image else ZERO_TOPIC_ID,
+                    topic_id=by_name[name].topic_id if name in by_name else ZERO_TOPIC_ID,
                     partitions=tuple(parts),
                 )
+                for name, parts in out
             )
-        result.response = OffsetDeleteResponse(topics=tuple(out))
+        )
         return result
 
     # ------------------------------------------------------------------ within other commands

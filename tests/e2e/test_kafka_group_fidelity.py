@@ -284,3 +284,61 @@ def test_leave_of_a_group_that_does_not_exist_by_version(client: KafkaClient) ->
         ), version
     listed: Any = client.call(request(16, 4, states_filter=[]))
     assert "fid-no-such-group" not in [g.group_id for g in listed.groups]
+
+
+def test_offset_delete_of_topics_and_partitions_that_do_not_exist(
+    topic: str, client: KafkaClient
+) -> None:
+    """KafkaApis.handleOffsetDeleteRequest answers a topic it does not know, and a partition
+    the topic does not have, UNKNOWN_TOPIC_OR_PARTITION before it asks the group coordinator,
+    and merges the coordinator's answer in after them (OffsetDeleteResponse.Builder.merge: a
+    topic already answered gets its other partitions appended); the partitions that exist are
+    deleted."""
+    committed = client.call(
+        request(
+            8,
+            9,
+            group_id="fid-od",
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            topics=[{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 3}]}],
+        )
+    )
+    assert [p.error_code for t in committed.topics for p in t.partitions] == [E.none]
+    asked = [
+        {"name": "fid-od-nope", "partitions": [{"partition_index": 0}]},
+        {"name": topic, "partitions": [{"partition_index": p} for p in (0, 7, -1)]},
+    ]
+    unknown = E.unknown_topic_or_partition
+    # Nothing but partitions that do not exist: no top-level error, each answered so (the
+    # group, which has an offset, is judged).
+    only: Any = client.call(request(47, 0, group_id="fid-od", topics=asked[:1]))
+    assert only == wire.build(
+        wire.response_class(47, 0),
+        error_code=E.none,
+        topics=[
+            {"name": "fid-od-nope", "partitions": [{"partition_index": 0, "error_code": unknown}]}
+        ],
+    )
+    deleted: Any = client.call(request(47, 0, group_id="fid-od", topics=asked))
+    assert deleted == wire.build(
+        wire.response_class(47, 0),
+        error_code=E.none,
+        topics=[
+            {"name": "fid-od-nope", "partitions": [{"partition_index": 0, "error_code": unknown}]},
+            {
+                "name": topic,
+                "partitions": [
+                    {"partition_index": 7, "error_code": unknown},
+                    {"partition_index": -1, "error_code": unknown},
+                    {"partition_index": 0, "error_code": E.none},
+                ],
+            },
+        ],
+    )
+    fetched: Any = client.call(
+        request(9, 7, group_id="fid-od", topics=[{"name": topic, "partition_indexes": [0]}])
+    )
+    assert [(p.partition_index, p.committed_offset) for p in fetched.topics[0].partitions] == [
+        (0, -1)
+    ]

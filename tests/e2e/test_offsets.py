@@ -508,8 +508,21 @@ def test_offset_delete(manual_server: ServerProcess) -> None:
         ),
         timeout=10,
     )
+    # As Kafka's KafkaApis: a partition that does not exist is answered first
+    # (UNKNOWN_TOPIC_OR_PARTITION), the coordinator's answer merged in after it.
     assert resp == ODR(
         topics=[
+            ODR.Topic(
+                name="del-free",
+                partitions=[
+                    ODR.Partition(
+                        partition_index=5,
+                        error_code=3,
+                        error_message="Partition del-free-5 does not exist.",
+                    ),
+                    ODR.Partition(partition_index=1),
+                ],
+            ),
             ODR.Topic(
                 name="del-sub",
                 partitions=[
@@ -520,10 +533,6 @@ def test_offset_delete(manual_server: ServerProcess) -> None:
                     )
                     for p in (0, 1)
                 ],
-            ),
-            ODR.Topic(
-                name="del-free",
-                partitions=[ODR.Partition(partition_index=1), ODR.Partition(partition_index=5)],
             ),
         ]
     )

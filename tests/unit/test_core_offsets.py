@@ -18,6 +18,7 @@ from coordinator.core.errors import (
     UnknownMemberIdError,
     UnsupportedVersionError,
 )
+from coordinator.core.model import ZERO_TOPIC_ID
 from coordinator.core.offsets import (
     FetchedPartition,
     FetchedTopic,
@@ -25,6 +26,7 @@ from coordinator.core.offsets import (
     OffsetCommitPartition,
     OffsetCommitResponse,
     OffsetCommitTopic,
+    OffsetDeleteResponse,
     OffsetFetchGroup,
     OffsetFetchGroupResponse,
     OffsetFetchTopic,
@@ -337,6 +339,56 @@ def test_delete_offsets_refused_for_subscribed_topic(h: Harness) -> None:
     assert res.records == [r.offset_commit_tombstone(G, "foo", 0)]
     with pytest.raises(GroupIdNotFoundError):
         h.shard.offset_delete("nope", [("foo", [0])])
+
+
+def test_delete_offsets_of_topics_and_partitions_that_do_not_exist(h: Harness) -> None:
+    """Kafka's KafkaApis answers them UNKNOWN_TOPIC_OR_PARTITION first, in the order asked, and
+    the coordinator's answer for the rest is merged in after (appended to a topic answered
+    already; a topic with no partition that exists is not asked about)."""
+    h.commit(G, "", -1, {("foo", 1): 5, ("bar", 0): 6})
+    res = h.shard.offset_delete(G, [("bar", [0]), ("foo", [1, 2, -1]), ("nope", [0]), ("bar", [])])
+    unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert res.response == OffsetDeleteResponse(
+        topics=(
+            TopicResult(
+                name="foo",
+                topic_id=h.topic_id("foo"),
+                partitions=(
+                    PartitionResult(
+                        partition_index=2,
+                        error_code=unknown,
+                        error_message="Partition foo-2 does not exist.",
+                    ),
+                    PartitionResult(
+                        partition_index=-1,
+                        error_code=unknown,
+                        error_message="Partition foo--1 does not exist.",
+                    ),
+                    PartitionResult(partition_index=1),
+                ),
+            ),
+            TopicResult(
+                name="nope",
+                topic_id=ZERO_TOPIC_ID,
+                partitions=(
+                    PartitionResult(
+                        partition_index=0,
+                        error_code=unknown,
+                        error_message="Topic nope does not exist.",
+                    ),
+                ),
+            ),
+            TopicResult(
+                name="bar",
+                topic_id=h.topic_id("bar"),
+                partitions=(PartitionResult(partition_index=0),),
+            ),
+        )
+    )
+    assert res.records == [
+        r.offset_commit_tombstone(G, "bar", 0),
+        r.offset_commit_tombstone(G, "foo", 1),
+    ]
 
 
 def test_retention_expires_unsubscribed_topics_then_deletes_the_empty_group(h: Harness) -> None:
