@@ -34,15 +34,32 @@ class Admission(Generic[K, T]):
     """Start ``item`` of group (or connection) ``key`` with ``run(key, item)``: at once while the
     iteration's budget lasts and its key has nothing waiting, else in its turn."""
 
-    __slots__ = ("_budget", "_run", "_scheduled", "_started", "_waiting")
+    __slots__ = (
+        "_alive",
+        "_budget",
+        "_count",
+        "_dropped",
+        "_run",
+        "_scheduled",
+        "_started",
+        "_waiting",
+    )
 
-    def __init__(self, run: Callable[[K, T], None], budget: int = DEFAULT_BUDGET) -> None:
+    def __init__(
+        self,
+        run: Callable[[K, T], None],
+        budget: int = DEFAULT_BUDGET,
+        alive: Callable[[T], bool] = lambda item: True,
+    ) -> None:
         self._run = run
         self._budget = budget
+        self._alive = alive  # False: the item ended while it waited (it never starts)
         self._started = 0  # in this iteration
         self._scheduled = False
         # key -> its items waiting to start, in arrival order; dict order is the turn
         self._waiting: dict[K, deque[T]] = {}
+        self._count = 0  # items waiting, ended ones included
+        self._dropped = 0  # items that ended while waiting, since the last sweep
 
     def start(self, key: K, item: T) -> None:
         queue = self._waiting.get(key)
@@ -54,16 +71,39 @@ class Admission(Generic[K, T]):
         if queue is None:
             queue = self._waiting[key] = deque()
         queue.append(item)
+        self._count += 1
         self._schedule()
 
     @property
     def waiting(self) -> int:
-        return sum(len(q) for q in self._waiting.values())
+        return self._count
+
+    def dropped(self) -> None:
+        """An item that waits has ended (a call its client reset): it will not start, and it
+        is forgotten, with the others that ended, once they are as many as half of what waits
+        (a sweep: amortized O(1) each). What waits is thus at most about twice what is alive:
+        a client that resets its calls as fast as it sends them does not grow the queue (it
+        did: a rapid-reset flood kept every call it sent until its turn, 64 an iteration)."""
+        self._dropped += 1
+        if self._dropped < max(self._budget, self._count // 2):
+            return
+        alive, waiting = self._alive, self._waiting
+        for key in list(waiting):  # in place: an iteration under way goes on with them
+            queue = waiting[key]
+            left = [item for item in queue if alive(item)]
+            self._count -= len(queue) - len(left)
+            queue.clear()
+            if left:
+                queue.extend(left)
+            else:
+                del waiting[key]
+        self._dropped = 0
 
     def clear(self) -> None:
         """Drop every waiting item: nothing starts any more (the server stops and answers
         them itself)."""
         self._waiting = {}
+        self._count = self._dropped = 0
 
     def _schedule(self) -> None:
         if not self._scheduled:
@@ -72,18 +112,25 @@ class Admission(Generic[K, T]):
 
     def _next_iteration(self) -> None:
         """A new iteration: start waiting items, one per key in turn, up to the
-        budget; the rest wait for the next."""
+        budget; the rest wait for the next. One that ended while it waited is passed over
+        and takes no share of the budget."""
         self._scheduled = False
         started = 0
         waiting = self._waiting
         budget = self._budget
         run = self._run
+        alive = self._alive
         while waiting and started < budget:
             for key in list(waiting):
-                queue = waiting[key]
+                queue = waiting.get(key)
+                if queue is None:  # swept meanwhile (``dropped``)
+                    continue
                 item = queue.popleft()
+                self._count -= 1
                 if not queue:
                     del waiting[key]
+                if not alive(item):
+                    continue
                 run(key, item)
                 started += 1
                 if started >= budget:

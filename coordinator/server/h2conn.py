@@ -144,6 +144,7 @@ class _Call:
         "queued",
         "group",
         "started",
+        "waiting",
     )
 
     def __init__(
@@ -181,6 +182,7 @@ class _Call:
         self.reserved_end = 0
         self.group: Hashable | None | object = NOT_READ  # the group its request names
         self.started = False  # handed to admission (its handler runs, or waits its turn)
+        self.waiting = False  # waits its turn in admission
         self.queued = 0
 
 
@@ -652,8 +654,7 @@ class H2Connection(asyncio.Protocol):
             return
         if call.message is None:
             self.finish(call, grpc.StatusCode.INTERNAL, "Missing request message")
-            return
-        self._start(call)
+        # else it starts at the end of the slice (``_whole``): not if reset in the same bytes
 
     def _start(self, call: _Call) -> None:
         if call.started:
@@ -663,11 +664,13 @@ class H2Connection(asyncio.Protocol):
         key = None
         if group_of is not None and call.message is not None:
             key = call.group = group_of(call.path, call.message)
+        call.waiting = True
         self.server.admission.start(self if key is None else key, call)
 
     def run(self, call: _Call) -> None:
         """Start the call's handler, in its turn (``admission.py``); one finished meanwhile
         (deadline, reset, disconnect) is not started. A unary request is consumed now."""
+        call.waiting = False
         if not call.finished:
             if call.requests is None:
                 self.windows.delivered(call, call.received - call.delivered)
@@ -856,6 +859,9 @@ class H2Connection(asyncio.Protocol):
             call.timer.cancel()
             call.timer = None
         self.windows.released(call)
+        if call.waiting:  # its turn will not come: forgotten (``Admission.dropped``)
+            call.waiting = False
+            self.server.admission.dropped()
         self.server.call_done()
 
     def _refuse(self, stream_id: int, end: bool, code: grpc.StatusCode, details: str) -> None:

@@ -149,7 +149,9 @@ class H2GrpcServer:
         # calls start fairly between groups (group_of: the group a call's request names,
         # fairness.GroupKeys.key), those naming none between connections
         self.group_of: Callable[[str, bytes], Hashable | None] | None = None
-        self.admission: Admission[Hashable, _Call] = Admission(run_call)
+        self.admission: Admission[Hashable, _Call] = Admission(
+            run_call, alive=lambda call: not call.finished
+        )
         self.reads = ReadTurns(READ_BUDGET)  # what connections read, per loop iteration
         self.active = 0
         self.stopping = False

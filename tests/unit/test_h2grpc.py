@@ -31,6 +31,7 @@ from coordinator.server.h2grpc import H2GrpcServer, format_peer, parse_timeout
 
 SERVICE = "test.Echo"
 MAX_BYTES = 64 * 1024
+CANCEL = 0x8  # RST_STREAM
 
 
 class Handlers:
@@ -699,6 +700,89 @@ async def test_a_stop_answers_the_calls_still_waiting_for_their_turn() -> None:
     assert await calls.statuses(500) == [b"14"] * 500
     await asyncio.wait_for(stopped, 10)
     assert server.admission.waiting == 0
+
+
+async def test_a_call_reset_in_the_bytes_that_brought_it_never_starts() -> None:
+    """300 calls each sent whole and reset by the client (RST_STREAM CANCEL) in the same write,
+    the "rapid reset" flood's shape: their handlers do not run (a call starts at the end of
+    the slice of bytes its message came in, after the reset that came with it; at most a call
+    split over two slices may start), the server answers none of them, and the connection's
+    next call is served. (Before, a call whose request ended started at once: the first 64 of
+    every loop iteration ran and were answered, the others waited their turn.)"""
+    ran: list[bytes] = []
+
+    async def mark(request: bytes, context: Any) -> bytes:
+        ran.append(request)
+        return request
+
+    server, port = await serving("Mark", mark)
+    conn = await RawConnection.open(port)
+    try:
+        streams, out = [], b""
+        for i in range(300):  # each call, then its reset; all in one write
+            streams.append(conn.request(f"/{SERVICE}/Mark", grpc_frame(b"%03d" % i), flush=False))
+            out += conn.h2.data_to_send()
+            conn.h2.reset_stream(streams[-1], CANCEL)
+            out += conn.h2.data_to_send()
+        conn.writer.write(out)
+        after = conn.request(f"/{SERVICE}/Echo", grpc_frame(b"after"))
+        assert await conn.until(lambda: conn.answered(after), 10)
+        assert (conn.answers[after].outcome, conn.answers[after].data) == (
+            (b"0", b""),
+            grpc_frame(b"after"),
+        )
+        assert len(ran) <= 2, ran
+        assert [s for s in streams if conn.answers[s].headers] == []
+        assert (server.active, server.admission.waiting) == (0, 0)
+    finally:
+        conn.close()
+        await server.stop(None)
+
+
+async def test_calls_reset_while_they_wait_their_turn_are_forgotten() -> None:
+    """A client sends 20 rounds of 500 whole calls, each round's resets in the write after it
+    (so its calls are read, and wait their turn, before they are reset), as fast as it can:
+    the calls waiting to start never number more than about twice those alive (a sweep drops
+    the ones reset), those reset take no turn, and the connection's next call is served.
+    (Before, every call reset kept its place until its turn came, 64 a loop iteration: the
+    queue grew by the flood's rate, 9,000 here, a rapid-reset client's calls without bound.)"""
+    peak = 0
+    ran: list[bytes] = []
+
+    async def mark(request: bytes, context: Any) -> bytes:
+        ran.append(request)
+        return request
+
+    server, port = await serving("Mark", mark)
+    conn = await RawConnection.open(port)
+
+    def watch() -> None:
+        nonlocal peak
+        peak = max(peak, server.admission.waiting)
+        if running:
+            asyncio.get_running_loop().call_soon(watch)
+
+    running = True
+    watch()
+    try:
+        for _ in range(20):
+            streams = [
+                conn.request(f"/{SERVICE}/Mark", grpc_frame(b"x"), flush=False) for _ in range(500)
+            ]
+            conn.flush()
+            for stream_id in streams:
+                conn.h2.reset_stream(stream_id, CANCEL)
+            conn.flush()
+        after = conn.request(f"/{SERVICE}/Echo", grpc_frame(b"after"))
+        assert await conn.until(lambda: conn.answered(after), 10)
+        assert conn.answers[after].outcome == (b"0", b"")
+        assert peak <= 2 * 500 + 64, peak
+        assert len(ran) < 20 * 500 // 4, len(ran)
+        assert (server.active, server.admission.waiting) == (0, 0)
+    finally:
+        running = False
+        conn.close()
+        await server.stop(None)
 
 
 # ------------------------------------------------------------------ deadlines the server enforces
