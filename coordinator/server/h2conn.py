@@ -35,10 +35,10 @@ from ngh2 import (
 
 from . import eager
 from .admission import Admission, ReadTurns
-from .fairness import NOT_READ
+from .fairness import LIMIT_EXCEEDED, NOT_READ
 from .grpc_options import GrpcOptions
 from .grpc_server import AbortCall, undecodable
-from .h2flow import StreamLimit, Windows
+from .h2flow import ARRIVING_CALL_BYTES, StreamLimit, Windows
 from .h2lifetime import INTERNAL_ERROR, NO_ERROR, Lifetime
 from .h2wire import (
     CANCELLED_AT_STOP,
@@ -51,6 +51,7 @@ from .h2wire import (
     read_headers,
     request_wbits,
     status_trailers,
+    unread_over,
     with_stream_limit,
 )
 from .tls import ServerTls, peer_subject
@@ -145,6 +146,7 @@ class _Call:
         "group",
         "started",
         "waiting",
+        "held",
     )
 
     def __init__(
@@ -183,6 +185,7 @@ class _Call:
         self.group: Hashable | None | object = NOT_READ  # the group its request names
         self.started = False  # handed to admission (its handler runs, or waits its turn)
         self.waiting = False  # waits its turn in admission
+        self.held = 0  # what it counts as unread until it starts (``Windows.arriving``)
         self.queued = 0
 
 
@@ -541,15 +544,15 @@ class H2Connection(asyncio.Protocol):
         if handler is None:
             self._refuse(stream_id, end, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
             return
-        if server.max_concurrent_calls and server.active >= server.max_concurrent_calls:
-            self._refuse(
-                stream_id, end, grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!"
-            )
+        unread = self.windows.undelivered + request.size + ARRIVING_CALL_BYTES
+        if unread > server.max_connection_unread_bytes:  # calls still arriving hold too much
+            over = unread_over(unread, server.max_connection_unread_bytes)
+            self._refuse(stream_id, end, grpc.StatusCode.RESOURCE_EXHAUSTED, over)
             return
         call = _Call(self, stream_id, request.path, handler, tuple(request.metadata))
         call.wbits = wbits
         self.calls[stream_id] = call
-        server.active += 1
+        self.windows.arriving(call, request.size)  # it takes a slot once it starts
         if request.timeout is not None and request.timeout != math.inf:  # inf: no deadline
             loop = asyncio.get_running_loop()
             call.deadline = loop.time() + request.timeout
@@ -571,14 +574,9 @@ class H2Connection(asyncio.Protocol):
             call.body += data
             if not self._messages(call):
                 return
-            unread = self.windows.undelivered
-            if unread > self.server.max_connection_unread_bytes and (call.body or not end):
-                self.finish(  # its request is still arriving: the connection holds too much
-                    call,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    "Request data this connection sent and no call has read is over the limit "
-                    f"({unread} vs. {self.server.max_connection_unread_bytes})",
-                )
+            unread, limit = self.windows.undelivered, self.server.max_connection_unread_bytes
+            if unread > limit and (call.body or not end):  # still arriving: too much held
+                self.finish(call, grpc.StatusCode.RESOURCE_EXHAUSTED, unread_over(unread, limit))
                 return
             self.windows.window(call)
         if end:
@@ -657,10 +655,18 @@ class H2Connection(asyncio.Protocol):
         # else it starts at the end of the slice (``_whole``): not if reset in the same bytes
 
     def _start(self, call: _Call) -> None:
+        """Its request is whole (a client stream: open): it takes a slot (none before: streams
+        that send nothing cannot lock others out) or is refused, and waits its turn."""
         if call.started:
             return
+        server = self.server
+        self.windows.arrived(call)
+        if server.max_concurrent_calls and server.active >= server.max_concurrent_calls:
+            self.finish(call, grpc.StatusCode.RESOURCE_EXHAUSTED, LIMIT_EXCEEDED)
+            return
         call.started = True
-        group_of = self.server.group_of
+        server.active += 1
+        group_of = server.group_of
         key = None
         if group_of is not None and call.message is not None:
             key = call.group = group_of(call.path, call.message)
@@ -854,7 +860,9 @@ class H2Connection(asyncio.Protocol):
 
     def _release(self, call: _Call) -> None:
         """The call is over: its slot, its deadline, what it holds of the window."""
-        self.server.active -= 1
+        if call.started:
+            self.server.active -= 1
+        self.windows.arrived(call)
         if call.timer is not None:
             call.timer.cancel()
             call.timer = None

@@ -22,6 +22,9 @@ REFUSED_STREAM = 0x7
 ENHANCE_YOUR_CALM = 0xB
 ARRIVING_WINDOWS = 256
 """A connection may hold this many windows of unread requests besides one message limit."""
+ARRIVING_CALL_BYTES = 1024
+"""What a call whose request has not come whole counts against those unread requests besides its
+header list: the state of its stream and call (one that sends nothing cannot be held for free)."""
 
 
 class _Call(Protocol):
@@ -39,6 +42,7 @@ class _Call(Protocol):
     delivered: int
     reserved: int
     reserved_end: int
+    held: int
 
 
 class Acknowledging(Protocol):
@@ -62,6 +66,16 @@ class Windows:
     def received(self, call: _Call, amount: int) -> None:
         call.received += amount
         self.undelivered += amount
+
+    def arriving(self, call: _Call, header_bytes: int) -> None:
+        """A call's headers came, its request has not: it counts its header list and its state
+        as unread requests of the connection until it starts or ends (:meth:`arrived`)."""
+        call.held = header_bytes + ARRIVING_CALL_BYTES
+        self.undelivered += call.held
+
+    def arrived(self, call: _Call) -> None:
+        self.undelivered -= call.held
+        call.held = 0
 
     def message_complete(self, call: _Call) -> None:
         """A message of the call is whole: it no longer waits to be let past."""

@@ -179,6 +179,15 @@ def over_soft_limit(
     )
 
 
+def unread_over(unread: int, limit: int) -> str:
+    """Why a call is refused when its connection holds too much of requests no call has read
+    (``h2flow.Windows``)."""
+    return (
+        "Request data this connection sent and no call has read is over the limit "
+        f"({unread} vs. {limit})"
+    )
+
+
 def _field_sizes(headers: Iterable[tuple[bytes, bytes]]) -> str:
     """``name:SIZEB`` for each field, in grpc-core's order (its list in metadata refusals)."""
     last = len(_GRPC_CORE_KEY_ORDER)

@@ -834,6 +834,86 @@ def test_expired_calls_on_one_connection_do_not_lock_others_out() -> None:
     uvloop.run(scenario())
 
 
+def test_streams_whose_requests_have_not_come_take_no_slot() -> None:
+    """``max_concurrent_calls`` 16: one client opens 40 streams and sends nothing on them (no
+    message, no end). Another client's call is served meanwhile: a call takes a slot once its
+    request is whole, so streams that send nothing cannot lock every other client out (they
+    did: refused "Concurrent RPC limit exceeded!" until those streams closed; 11,000 such
+    streams, about 100 KB from one client, did it to a server at its defaults). Once the 40
+    send their requests the limit holds as before: 16 run, 24 are refused."""
+
+    async def scenario() -> None:
+        server, port = await serving("Hold", hold, max_concurrent_calls=16)
+        idle = await RawConnection.open(port)
+        try:
+            streams = [idle.request(f"/{SERVICE}/Hold", None, end=False) for _ in range(40)]
+            for _ in range(100):  # until the server has them all
+                if sum(len(c.calls) for c in server.connections) == 40:
+                    break
+                await asyncio.sleep(0.01)
+            assert sum(len(c.calls) for c in server.connections) == 40
+            other = await RawCalls.open(port, "Echo", [b"served"])
+            other.send()
+            assert await other.answers() == [(b"0", b"")]
+            for stream_id in streams:
+                idle.send(stream_id, grpc_frame(b"x"), end=True)
+            refused = (b"8", b"Concurrent RPC limit exceeded!")
+            assert await idle.until(
+                lambda: sum(idle.answers[s].outcome == refused for s in streams) == 24, 10
+            )
+            assert server.active == 16
+            assert [idle.answers[s].closed for s in streams].count(False) == 16
+        finally:
+            idle.close()
+            for _ in range(100):
+                if server.active == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert server.active == 0
+            await server.stop(None)
+
+    uvloop.run(scenario())
+
+
+async def test_a_connection_holds_a_bounded_number_of_streams_that_send_nothing() -> None:
+    """A stream whose request has not come counts its header list and 1 KiB
+    (``h2flow.ARRIVING_CALL_BYTES``) against what its connection may hold of requests no call
+    has read (one message limit and 256 windows: 320 KiB with 1 KiB windows here). A client
+    opening 400 streams that send nothing has the first that fit taken and the rest refused
+    RESOURCE_EXHAUSTED with that limit's words; the connection goes on, and once it resets
+    ten of them a new call on it is served. (Before, every one was held, without bound.)"""
+    options = GrpcOptions(http2_lookahead_bytes=1024)
+    server, port = await serving("Hold", hold, options=options)
+    conn = await RawConnection.open(port)
+    limit = MAX_BYTES + 256 * 1024
+    held = header_list_size(RawConnection.base_headers(f"/{SERVICE}/Hold")) + 1024
+    taken = limit // held
+    try:
+        streams = [conn.request(f"/{SERVICE}/Hold", None, end=False) for _ in range(400)]
+        assert await conn.until(lambda: conn.answered(*streams[taken:]), 10)
+        refused = [conn.answers[s].outcome for s in streams[taken:]]
+        assert refused == [
+            (
+                b"8",
+                b"Request data this connection sent and no call has read is over the limit "
+                b"(%d vs. %d)" % ((taken + 1) * held, limit),
+            )
+        ] * (400 - taken)
+        assert not any(conn.answers[s].closed for s in streams[:taken])
+        for stream_id in streams[:10]:
+            conn.h2.reset_stream(stream_id, CANCEL)
+        after = conn.request(f"/{SERVICE}/Echo", grpc_frame(b"after"))
+        assert await conn.until(lambda: conn.answered(after), 10)
+        assert (conn.answers[after].outcome, conn.answers[after].data) == (
+            (b"0", b""),
+            grpc_frame(b"after"),
+        )
+        assert (conn.goaways, conn.eof) == ([], False)
+    finally:
+        conn.close()
+        await server.stop(None)
+
+
 # ------------------------------------------------------------------ compression
 
 
@@ -1123,7 +1203,11 @@ async def test_a_connection_holds_a_bounded_share_of_requests_never_finished() -
         assert sorted(c.received for c in open_calls) == sorted(
             [65_535] * (len(open_calls) - let_past) + [len(started)] * let_past
         )
-        assert held.windows.undelivered == sum(c.received for c in open_calls)
+        # and each call still arriving its header list and 1 KiB (``ARRIVING_CALL_BYTES``)
+        assert held.windows.undelivered == sum(c.received + c.held for c in open_calls)
+        assert {c.held for c in open_calls} == {
+            header_list_size(RawConnection.base_headers(f"/{SERVICE}/Echo")) + 1024
+        }
         assert cap - 65_535 < held.windows.undelivered <= cap
         refused = [loris.answers[s] for s in calls if loris.answers[s].closed]
         assert len(refused) == 300 - len(open_calls) > 0
