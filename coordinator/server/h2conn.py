@@ -1,8 +1,8 @@
 """One client connection of our gRPC server (``h2grpc.py``): bytes in to libnghttp2, its events
 to calls, their answers out. A call is a ``_Call``; its handler runs in a task of its own with an
-``H2Context`` (what our servicers use of ``grpc.aio.ServicerContext``). What the request's
-headers say and the refusals' words are ``h2wire.py``'s, the inbound windows ``h2flow.py``'s,
-keepalive and the connection's lifetime ``h2lifetime.py``'s."""
+``H2Context`` (``h2context.py``: what our servicers use of ``grpc.aio.ServicerContext``). What
+the request's headers say and the refusals' words are ``h2wire.py``'s, the inbound windows
+``h2flow.py``'s, keepalive and the connection's lifetime ``h2lifetime.py``'s."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import Any, Protocol
 
 import grpc
-from google.protobuf import message as pb_message
 from ngh2 import (
     Configuration,
     Connection,
@@ -37,7 +36,8 @@ from . import eager
 from .admission import Admission, ReadTurns
 from .fairness import LIMIT_EXCEEDED, NOT_READ
 from .grpc_options import GrpcOptions
-from .grpc_server import AbortCall, undecodable
+from .grpc_server import AbortCall
+from .h2context import H2Context, deserialize, serialize
 from .h2flow import ARRIVING_CALL_BYTES, StreamLimit, Windows
 from .h2lifetime import INTERNAL_ERROR, NO_ERROR, Lifetime
 from .h2wire import (
@@ -187,72 +187,6 @@ class _Call:
         self.waiting = False  # waits its turn in admission
         self.held = 0  # what it counts as unread until it starts (``Windows.arriving``)
         self.queued = 0
-
-
-class H2Context:
-    """The part of ``grpc.aio.ServicerContext`` our servicers, health and reflection use."""
-
-    __slots__ = ("_call",)
-
-    def __init__(self, call: _Call) -> None:
-        self._call = call
-
-    def invocation_metadata(self) -> Sequence[tuple[str, Any]]:
-        return self._call.metadata
-
-    @property
-    def group(self) -> Hashable | None | object:
-        """The group the call's request names, as read for its admission
-        (``fairness.NOT_READ`` if it was not)."""
-        return self._call.group
-
-    def peer(self) -> str:
-        return self._call.conn.peer
-
-    def peer_subject(self) -> str | None:
-        """The verified client certificate's subject (TLS with a client certificate)."""
-        return self._call.conn.tls_subject
-
-    def auth_context(self) -> dict[str, list[bytes]]:
-        """What grpc.aio's ``auth_context()`` answers of the connection's TLS."""
-        conn = self._call.conn
-        if conn.server.tls is None:
-            return {}
-        out = {"transport_security_type": [b"ssl"]}
-        if conn.tls_subject is not None:
-            out["x509_subject"] = [conn.tls_subject.encode()]
-        return out
-
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
-        raise AbortCall(code, details)
-
-    async def write(self, message: Any) -> None:
-        call = self._call
-        await call.conn.write_message(call, _serialize(call.handler, message))
-
-    def time_remaining(self) -> float | None:
-        deadline = self._call.deadline
-        if deadline is None:
-            return None
-        return max(0.0, deadline - asyncio.get_running_loop().time())
-
-
-def _serialize(handler: grpc.RpcMethodHandler, message: Any) -> bytes:
-    serializer = handler.response_serializer
-    return message if serializer is None else serializer(message)
-
-
-def _deserialize(handler: grpc.RpcMethodHandler, data: bytes) -> Any:
-    """The request message as the handler takes it; one its deserializer cannot read (health's
-    or reflection's: our services read their own) ends the call INVALID_ARGUMENT with the
-    reason, as our services answer, not as an unexpected error with a traceback."""
-    deserializer = handler.request_deserializer
-    if deserializer is None:
-        return data
-    try:
-        return deserializer(data)
-    except pb_message.DecodeError as exc:
-        raise AbortCall(grpc.StatusCode.INVALID_ARGUMENT, undecodable(exc)) from None
 
 
 class H2Connection(asyncio.Protocol):
@@ -735,15 +669,15 @@ class H2Connection(asyncio.Protocol):
                 requests = self._request_stream(call)
                 if handler.stream_unary is not None:
                     response = await handler.stream_unary(requests, context)
-                    await self.write_message(call, _serialize(handler, response))
+                    await self.write_message(call, serialize(handler, response))
                 else:
                     await self._stream(call, handler.stream_stream(requests, context))
             else:
                 assert call.message is not None
-                request = _deserialize(handler, call.message)
+                request = deserialize(handler, call.message)
                 if handler.unary_unary is not None:
                     response = await handler.unary_unary(request, context)
-                    self.send_message(call, _serialize(handler, response))
+                    self.send_message(call, serialize(handler, response))
                 else:
                     await self._stream(call, handler.unary_stream(request, context))
         except AbortCall as exc:
@@ -768,14 +702,14 @@ class H2Connection(asyncio.Protocol):
             message, framed = item
             call.queued -= 1
             self.windows.delivered(call, framed)
-            yield _deserialize(call.handler, message)
+            yield deserialize(call.handler, message)
 
     async def _stream(self, call: _Call, result: Any) -> None:
         """A server-streaming handler (asyncio servicers only): an async generator of answers,
         or a coroutine that writes them with ``context.write`` (health's Watch)."""
         if inspect.isasyncgen(result):
             async for item in result:
-                await self.write_message(call, _serialize(call.handler, item))
+                await self.write_message(call, serialize(call.handler, item))
         else:
             await result
 
