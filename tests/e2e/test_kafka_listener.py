@@ -14,6 +14,7 @@ from conftest import run_cli
 from kafka_support import KafkaClient, KafkaServer, encode_request, request
 from kio.schema.errors import ErrorCode as E
 
+from coordinator.server.kafka import wire
 from kip848.v1 import common_pb2, consumer_group_pb2, consumer_group_pb2_grpc
 
 
@@ -678,6 +679,38 @@ def test_metadata_requests_kafka_refuses_or_reads_its_own_way(
     # The connection was not closed: the same topics by name are answered.
     fine = client.call(request(3, 11, topics=[{"name": "k-meta-twice", "topic_id": None}]))
     assert [(t.name, t.error_code) for t in fine.topics] == [("k-meta-twice", E.none)]
+
+
+def test_metadata_of_a_topic_name_kafka_refuses(client: KafkaClient) -> None:
+    """Kafka's getTopicMetadata answers a topic it does not have UNKNOWN_TOPIC_OR_PARTITION,
+    and INVALID_TOPIC_EXCEPTION when the name is not a legal topic name (Topic.validate: empty,
+    "." or "..", longer than 249, other characters than ASCII alphanumerics, '.', '_', '-'),
+    each under the name asked; an empty name was answered UNKNOWN_TOPIC_OR_PARTITION with a
+    null name, the others UNKNOWN_TOPIC_OR_PARTITION."""
+    names = ["", "..", "a/b", "x" * 250, "k-meta-missing"]
+    for version in (1, 12):
+        answer = client.call(
+            request(
+                3,
+                version,
+                topics=[{"name": n, "topic_id": None} for n in names],
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+        invalid, unknown = E.invalid_topic_exception, E.unknown_topic_or_partition
+        assert list(answer.topics) == [
+            wire.build(
+                type(answer.topics[0]),
+                error_code=code,
+                name=name,
+                topic_id=None,
+                is_internal=False,
+                partitions=[],
+                topic_authorized_operations=-(2**31),
+            )
+            for name, code in zip(names, [invalid] * 4 + [unknown], strict=True)
+        ], version
 
 
 def test_group_configs_describe_and_alter(client: KafkaClient) -> None:

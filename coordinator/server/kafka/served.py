@@ -24,7 +24,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, Protocol
 
-from coordinator.core.errors import ErrorCode
+from coordinator.core.errors import ErrorCode, InvalidTopicError
+from coordinator.core.topics import check_topic_name
 from coordinator.runtime.collector import free_gradually, no_collections
 
 from ..api import EVERY_TOPIC, Caller, Node
@@ -461,8 +462,8 @@ class KafkaApis:
                         if refused
                         else ErrorCode.UNKNOWN_TOPIC_ID
                         if topic_id is not None
-                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                        "name": name or None,
+                        else _missing_topic(name),
+                        "name": None if topic_id is not None else name,
                         "topic_id": topic_id,
                         "partitions": [],
                     }
@@ -513,6 +514,16 @@ def _listed(
             for p in range(found.num_partitions)
         ],
     }
+
+
+def _missing_topic(name: str) -> ErrorCode:
+    """Kafka's getTopicMetadata for a topic it does not have: INVALID_TOPIC_EXCEPTION when the
+    name is not a legal topic name (``Topic.validate``), else UNKNOWN_TOPIC_OR_PARTITION."""
+    try:
+        check_topic_name(name)
+    except InvalidTopicError:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def _metadata_refused(wanted: Any) -> dict[str, Any]:
