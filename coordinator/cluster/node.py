@@ -128,6 +128,9 @@ class PartitionHost(Protocol):
     def cluster_offset(self) -> int:
         """The cluster log's last offset applied here."""
 
+    def durable_end(self, partition: int) -> int:
+        """The last offset of ``partition``'s log this node knows durable (-1: none)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
@@ -453,6 +456,7 @@ class ClusterNode:
         held = dict(self.led)
         loaded, self._loaded = self._loaded, {}
         applied = self.host.cluster_offset  # durable: the log's end can be no earlier
+        written = {p: self.host.durable_end(p) for p in held}  # nor a partition's
         sent = self.monotonic()
         try:
             tick: TickResult = await self._call(
@@ -465,6 +469,7 @@ class ClusterNode:
                 cluster_offset=applied,
                 loaded=loaded,
                 acquire=not self._stopping,
+                written=written,
             )
         except StoreError as exc:
             self.stats["heartbeat_failures"] += 1
@@ -493,7 +498,7 @@ class ClusterNode:
             self._lose_all(self.fenced)
             self._health_changed()
             return
-        back = went_back(tick.state, held, applied)
+        back = went_back(tick.state, held, applied, written, tick.log_ends)
         if back is not None:
             self.fenced = (
                 f"the store in PostgreSQL went back in time ({back}: restored from a backup, "

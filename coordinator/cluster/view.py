@@ -74,12 +74,19 @@ class ClusterView:
         return [self._nodes[n] for n in self._live]
 
 
-def went_back(state: ClusterState, held: Mapping[int, int], applied: int) -> str | None:
+def went_back(
+    state: ClusterState,
+    held: Mapping[int, int],
+    applied: int,
+    written: Mapping[int, int],
+    ends: Mapping[int, int],
+) -> str | None:
     """What shows that the store went back in time, or None: the cluster log ending before
-    ``applied`` (what this node had applied of it, durable, when the heartbeat was sent), or a
-    partition's leader epoch below the one this node leads it at (``held``). Neither can
-    happen to a store that only moves on (offsets and epochs only ever grow), so the store is
-    not the one this node's state came from."""
+    ``applied`` (what this node had applied of it, durable, when the heartbeat was sent), a
+    partition's leader epoch below the one this node leads it at (``held``), or a partition's
+    log ending (``ends``, read by the heartbeat) before the offset this node knew durable
+    (``written``). None of them can happen to a store that only moves on (offsets and epochs
+    only ever grow), so the store is not the one this node's state came from."""
     if state.cluster_log_end < applied:
         return (
             f"the cluster log ends at offset {state.cluster_log_end}, before offset {applied} "
@@ -91,5 +98,11 @@ def went_back(state: ClusterState, held: Mapping[int, int], applied: int) -> str
             return (
                 f"coordinator partition {lease.partition}'s leader epoch is {lease.epoch}, "
                 f"below the {epoch} this node leads it at"
+            )
+    for p, end in sorted(ends.items()):
+        if end < written.get(p, -1):
+            return (
+                f"coordinator partition {p}'s log ends at offset {end}, before offset "
+                f"{written[p]} this node wrote"
             )
     return None

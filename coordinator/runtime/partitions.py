@@ -175,6 +175,12 @@ class Partitions:
         """Serve no partition after ``deadline`` (``time.monotonic()``) unless told later."""
         self.lead.deadline = deadline
 
+    def durable_end(self, partition: int) -> int:
+        """The last offset of ``partition``'s log this node knows durable: appended by it, or
+        read when it took the partition (the store's handle; read without waiting for a
+        write in flight, whose offsets count once it is durable)."""
+        return int(self.store.last_offset(partition))
+
     def joined(self) -> None:
         """The node has its first share: requests are answered (no longer all loading)."""
         self.lead.joining = False

@@ -4,8 +4,8 @@ the database dropped and created again), as a restore or a standby that lacked t
 commits, promoted, leaves it — with real node processes on a real PostgreSQL.
 
 What must hold: a node whose state the store no longer has — the cluster log ending before
-what the node applied of it, or a partition's leader epoch below the one the node leads it at
-— never goes on as if nothing happened (it would keep topics the log no longer has, never
+what the node applied of it, a partition's leader epoch below the one the node leads it at,
+or a partition's log ending before what the node wrote to it — never goes on as if nothing happened (it would keep topics the log no longer has, never
 apply entries others append at offsets it took for applied, and leave gaps in the logs): it
 exits (code 1) with the reason, and a node started again on the store follows it as it is.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from cluster_support import Nodes, served, settings, until
+from cluster_support import Nodes, PartitionGroups, served, settings, until
 from conftest import run_cli
 from pg import ADMIN_PASSWORD, PostgresServer, postgres_bin
 
@@ -164,4 +164,60 @@ def test_nodes_leading_partitions_at_epochs_the_restored_store_lacks_exit(
         assert again is not None
         assert all(again[q][1] > before[q][1] for q in ahead.values()), (before, again)
     finally:
+        nodes.stop_all()
+
+
+def log_ends(dsn: str) -> dict[int, int]:
+    """Each coordinator partition's last offset, as the store has it."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            'SELECT l.log, greatest(max(j."offset"), l.expired_through) FROM kip848_logs l'
+            " LEFT JOIN kip848_journal j ON j.log = l.log WHERE l.log >= 0"
+            " GROUP BY l.log, l.expired_through"
+        ).fetchall()
+    return {int(log): int(end) for log, end in rows}
+
+
+def test_nodes_that_wrote_what_the_restored_store_lacks_exit(
+    pg_server: PostgresServer, tmp_path: Path
+) -> None:
+    """The backup taken with the partitions spread evenly and a group's offsets committed in
+    each, then committed again (the commits a standby lacking the last ones, promoted, loses:
+    nothing else changed, no epoch, no topic); the backup restored. Each node exits (code 1)
+    naming the first partition it leads whose log ends before what it wrote there. Before, both
+    served on, answering the lost offsets, and appended after offsets the store no longer had
+    (a gap in each log). Started again, they answer the offsets the store kept."""
+    dsn = pg_server.create_database()
+    nodes = Nodes(tmp_path, dsn, *SETTINGS)
+    backup = Backup(pg_server, dsn, tmp_path / "store.dump")
+    groups = PartitionGroups(P)
+    try:
+        for n in (1, 2):
+            nodes.start(n)
+        nodes.procs[1].create_topic("events", 1)
+        until(lambda: balanced(dsn), "an even spread")  # the balancer moves nothing more
+        groups.commit_all(nodes.procs[1], 5)
+        before, kept = served(dsn), log_ends(dsn)
+        assert before is not None
+        backup.take()
+        groups.commit_all(nodes.procs[1], 6)
+        assert served(dsn) == before
+        wrote = log_ends(dsn)
+        backup.restore()
+        for n in (1, 2):
+            p = min(q for q, (m, _) in before.items() if m == n)
+            server = nodes.procs.pop(n)
+            assert server.wait(timeout=LEASE_MS / 1000 + 10) == 1
+            reason = (
+                f"coordinator partition {p}'s log ends at offset {kept[p]}, before offset "
+                f"{wrote[p]} this node wrote"
+            )
+            assert WENT_BACK.format(reason) in server.stderr_text()
+        for n in (1, 2):
+            nodes.start(n)
+        assert groups.committed_all(nodes.procs[2]) == {
+            g: {("events", 0): 5} for g in groups.groups.values()
+        }
+    finally:
+        groups.close()
         nodes.stop_all()

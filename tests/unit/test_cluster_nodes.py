@@ -86,6 +86,9 @@ class Host:
     def cluster_offset(self) -> int:
         return -1
 
+    def durable_end(self, partition: int) -> int:
+        return -1
+
 
 class Pausable:
     """A node's PostgreSQL connection that can hang (as behind a network partition): its

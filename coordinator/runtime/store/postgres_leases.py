@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .api import StoreAccessError, StoreError, StoreVersionError
@@ -137,6 +137,8 @@ class TickResult:
     controller_epoch: int | None
     """The controller lease's epoch if this node holds it, else None."""
     state: ClusterState
+    log_ends: dict[int, int] = field(default_factory=dict)
+    """The last offset of each partition's log it was asked about (``written``)."""
 
 
 class PostgresLeases:
@@ -338,11 +340,13 @@ class PostgresLeases:
         cluster_offset: int,
         loaded: Mapping[int, int],
         acquire: bool = True,
+        written: Iterable[int] = (),
     ) -> TickResult:
         """One heartbeat of ``node_id`` (see the module docstring), in one transaction and
         one round trip. ``held``: partition -> epoch it leads; ``loaded``: partitions it
         finished loading since the last tick (-> their epochs); ``acquire``: take the free
-        partitions targeted at it (False while it stops)."""
+        partitions targeted at it (False while it stops); ``written``: partitions whose
+        logs' last offsets to read (``log_ends``)."""
         import psycopg
 
         parts = sorted(held)
@@ -402,7 +406,20 @@ class PostgresLeases:
                         ),
                     )
                     reads = _read_state(conn)
+                    ends = [  # the log a constant: one partition's index each
+                        conn.execute(
+                            'SELECT greatest((SELECT max("offset") FROM kip848_journal'
+                            f" WHERE log = {int(p)}), expired_through) FROM kip848_logs"
+                            f" WHERE log = {int(p)}"
+                        )
+                        for p in sorted(written)
+                    ]
                     conn.execute("COMMIT")
+                log_ends = {
+                    p: int(row[0])
+                    for p, cur in zip(sorted(written), ends, strict=True)
+                    for row in cur.fetchall()
+                }
                 registered = bool(reg.fetchall())
                 renewed = {int(r[0]) for r in renew.fetchall()}
                 acquired = {int(p): int(e) for p, e in take.fetchall()}
@@ -420,6 +437,7 @@ class PostgresLeases:
             acquired=acquired,
             controller_epoch=int(ctl_rows[0][0]) if ctl_rows else None,
             state=state,
+            log_ends=log_ends,
         )
 
     def set_targets(
