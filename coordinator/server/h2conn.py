@@ -213,6 +213,9 @@ class H2Connection(asyncio.Protocol):
         options = server.options
         self.windows = Windows(self, options.http2_lookahead_bytes, server.max_message_bytes)
         self._closing = False  # close once the calls are done
+        # calls whose answers' turn waits for the client's windows to let ours go (``_start``)
+        self._deferred: list[_Call] = []
+        self._resuming = False
         self.lifetime: Lifetime | None = None
         limit = server.max_concurrent_streams
         self.streams = StreamLimit(limit) if limit else None
@@ -392,6 +395,21 @@ class H2Connection(asyncio.Protocol):
             out += h2.data_to_send()
         if out:
             transport.write(out)
+        if self._deferred and not self._resuming and not self._holding_answers():
+            self._resuming = True
+            asyncio.get_running_loop().call_soon(self._resume)
+
+    def _holding_answers(self) -> bool:
+        """The client's flow-control windows hold back more than a message limit of answers."""
+        return self.h2.queued_body_size() > self.server.max_message_bytes
+
+    def _resume(self) -> None:
+        """Our answers went: the calls that waited for it start, in order."""
+        self._resuming = False
+        deferred, self._deferred = self._deferred, []
+        for call in deferred:
+            if not call.finished:
+                self._start(call)
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -592,6 +610,11 @@ class H2Connection(asyncio.Protocol):
         """Its request is whole (a client stream: open): it takes a slot (none before: streams
         that send nothing cannot lock others out) or is refused, and waits its turn."""
         if call.started:
+            return
+        if self._deferred or self._holding_answers():
+            # a client that does not take its answers (it keeps its windows shut while reading
+            # its socket) gets no more until it does: they would pile up without bound
+            self._deferred.append(call)  # still counted unread: its connection's bound holds
             return
         server = self.server
         self.windows.arrived(call)

@@ -62,9 +62,10 @@ let past, one message limit per connection at a time; a connection holding more 
 limit and 256 windows of requests no handler has read (a call whose request has not come whole
 counting its header list and 1 KiB) refuses the call whose request is still arriving
 (RESOURCE_EXHAUSTED). A client that does not read its answers is not read either
-(``pause_writing``); a server-streaming writer's ``write`` (or ``yield``) is done once its
-message has gone through the client's flow-control windows and while the socket's write buffer
-is under its high-water mark, as grpc-core's is: a client that does not read holds one message
+(``pause_writing``), and one whose windows hold back more than a message limit of them has its
+next calls wait, unstarted, until they go; a server-streaming writer's ``write`` (or
+``yield``) is done once its message has gone through the client's flow-control windows and
+while the socket's write buffer is under its high-water mark, as grpc-core's is: a client that does not read holds one message
 of each stream beyond its windows (10,000 such streams of 1 KiB answers: 10 MB queued; they
 were 1 MiB each before, 10 GB), and a latest-state stream (the push) skips the states that came
 meanwhile.

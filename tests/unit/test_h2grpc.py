@@ -22,6 +22,7 @@ import uvloop
 from builders import LoopSteps
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from ngh2 import NGH2Error
 from rawh2 import RawConnection, grpc_frame, header_list_size
 
 from coordinator.server.admission import ReadTurns
@@ -911,6 +912,73 @@ async def test_a_connection_holds_a_bounded_number_of_streams_that_send_nothing(
         assert (conn.goaways, conn.eof) == ([], False)
     finally:
         conn.close()
+        await server.stop(None)
+
+
+async def test_a_client_that_keeps_its_windows_shut_gets_no_more_answers_until_it_opens_them() -> (
+    None
+):
+    """A client reads its socket but gives no window back (its 64 KiB in all) and sends 200
+    calls answered 60,000 bytes each: once the answers its windows hold back pass a message
+    limit, its next calls wait (not started, still counted as requests unread, so their number
+    is bounded too) while another client is served; as it gives its windows back, they start,
+    in order, and every one is answered in full. (Before, each call ran at once and its answer
+    waited in the server: 100 answers, 6 MB, and as many as the client sent, without bound;
+    grpc.aio holds them too.)"""
+    ran: list[bytes] = []
+    answer = b"x" * 60_000
+
+    async def big(request: bytes, context: Any) -> bytes:
+        ran.append(request)
+        return answer
+
+    server, port = await serving("Big", big)
+    conn = await RawConnection.open(port, auto_window_update=False)
+    other = await RawConnection.open(port)
+    given: dict[int, int] = {}
+
+    def received() -> int:
+        return sum(len(a.data) for a in conn.answers.values())
+
+    def give_back() -> None:
+        for stream_id, got in conn.answers.items():
+            if len(got.data) > given.get(stream_id, 0):
+                try:
+                    conn.h2.acknowledge_received_data(
+                        len(got.data) - given.get(stream_id, 0), stream_id
+                    )
+                except (NGH2Error, ValueError):
+                    pass  # closed meanwhile
+                given[stream_id] = len(got.data)
+        conn.flush()
+
+    try:
+        streams = [
+            conn.request(f"/{SERVICE}/Big", grpc_frame(b"%03d" % i), flush=False)
+            for i in range(100)
+        ]
+        conn.flush()
+        await conn.until(lambda: False, 1.0)
+        assert len(ran) <= 3, len(ran)
+        (held,) = [c for c in server.connections if c.calls]
+        assert held.h2.queued_body_size() <= MAX_BYTES + len(grpc_frame(answer))
+        served = other.request(f"/{SERVICE}/Echo", grpc_frame(b"ok"))
+        assert await other.until(lambda: other.answered(served), 5)
+        assert other.answers[served].outcome == (b"0", b"")
+        for _ in range(1000):  # give back what came, read what that lets through
+            give_back()
+            before = sum(given.values())
+            if conn.answered(*streams):
+                break
+            await conn.until(lambda b=before: received() > b, 5)
+        assert [(conn.answers[s].outcome, conn.answers[s].data) for s in streams] == [
+            ((b"0", b""), grpc_frame(answer))
+        ] * 100
+        assert ran == [b"%03d" % i for i in range(100)]
+        assert (server.active, conn.goaways, conn.eof) == (0, [], False)
+    finally:
+        conn.close()
+        other.close()
         await server.stop(None)
 
 
