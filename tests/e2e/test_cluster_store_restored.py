@@ -100,8 +100,9 @@ def test_nodes_ahead_of_a_restored_cluster_log_exit_and_start_again_on_it(
         backup.restore()
         reason = "the cluster log ends at offset 0, before offset 1 this node applied"
         for n in (1, 2):
-            server = nodes.procs.pop(n)
+            server = nodes.procs[n]
             assert server.wait(timeout=LEASE_MS / 1000 + 10) == 1
+            del nodes.procs[n]  # exited (else stopped below)
             assert WENT_BACK.format(reason) in server.stderr_text()
         for n in (1, 2):
             nodes.start(n)
@@ -150,8 +151,9 @@ def test_nodes_leading_partitions_at_epochs_the_restored_store_lacks_exit(
         assert ahead, (before, after)
         backup.restore()
         for n, q in ahead.items():
-            server = nodes.procs.pop(n)
+            server = nodes.procs[n]
             assert server.wait(timeout=LEASE_MS / 1000 + 10) == 1
+            del nodes.procs[n]  # exited (else stopped below)
             reason = (
                 f"coordinator partition {q}'s leader epoch is {before[q][1]}, below the "
                 f"{after[q][1]} this node leads it at"
@@ -206,8 +208,9 @@ def test_nodes_that_wrote_what_the_restored_store_lacks_exit(
         backup.restore()
         for n in (1, 2):
             p = min(q for q, (m, _) in before.items() if m == n)
-            server = nodes.procs.pop(n)
+            server = nodes.procs[n]
             assert server.wait(timeout=LEASE_MS / 1000 + 10) == 1
+            del nodes.procs[n]  # exited (else stopped below)
             reason = (
                 f"coordinator partition {p}'s log ends at offset {kept[p]}, before offset "
                 f"{wrote[p]} this node wrote"
