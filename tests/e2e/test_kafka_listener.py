@@ -13,6 +13,7 @@ import pytest
 from conftest import run_cli
 from kafka_support import KafkaClient, KafkaServer, encode_request, request
 from kio.schema.errors import ErrorCode as E
+from kio.serial import entity_reader
 
 from coordinator.server.kafka import wire
 from kip848.v1 import common_pb2, consumer_group_pb2, consumer_group_pb2_grpc
@@ -838,6 +839,46 @@ def test_bad_input_closes_only_that_connection(server: KafkaServer, garbage: byt
     assert good.call(request(18, 0)).error_code == E.none
     bad.close()
     good.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(struct.pack(">ihhih", 10, 999, 0, 9, -1), id="unknown-api"),
+        pytest.param(struct.pack(">ihhih", 10, 12, 99, 9, -1), id="unsupported-version"),
+        pytest.param(struct.pack(">i", -5), id="negative-size"),
+    ],
+)
+def test_requests_read_before_a_bad_one_are_answered_before_the_close(
+    server: KafkaServer, bad: bytes
+) -> None:
+    """Kafka reads a connection's next request only once it answered the one before, so the
+    requests pipelined ahead of one it closes the connection on are answered first. An
+    OffsetCommit (which waits for its durable write) pipelined with a bad frame behind it was
+    committed and never answered: the close came first."""
+    topic = f"k-before-bad-{bad.hex()[8:16]}"
+    server.create_topic(topic, 1)
+    c = server.client()
+    commit = request(
+        8,
+        9,
+        group_id=topic,
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        topics=[{"name": topic, "partitions": [{"partition_index": 0, "committed_offset": 4}]}],
+    )
+    c.send_raw(encode_request(request(18, 0), 7) + encode_request(commit, 8) + bad)
+    versions = c.read_frame()
+    assert versions[:6] == struct.pack(">ih", 7, E.none)
+    frame = c.read_frame()
+    assert struct.unpack_from(">i", frame)[0] == 8
+    cls = wire.response_class(8, 9)
+    assert entity_reader(cls)(frame, 5)[0] == wire.build(
+        cls,
+        topics=[{"name": topic, "partitions": [{"partition_index": 0, "error_code": 0}]}],
+    )
+    assert c.closed_by_server(timeout=5)
+    c.close()
 
 
 def test_a_client_id_that_is_not_utf8_is_read_as_kafka_reads_it(server: KafkaServer) -> None:

@@ -14,7 +14,7 @@ Bad input, Kafka's way: an ApiVersions of an unknown version is answered in v0 f
 UNSUPPORTED_VERSION and ApiVersions' own range (Kafka's KIP-511 answer); any other unknown API
 key or unsupported version, a frame whose header or body does not decode, a size below 0 or
 above ``max_request_bytes`` (``socket.request.max.bytes``) closes that connection (logged, never
-a crash); a connection with nothing in flight and nothing received for ``idle_ms``
+a crash) once the requests read before it are answered, as Kafka answers them; a connection with nothing in flight and nothing received for ``idle_ms``
 (``connections.max.idle.ms``) is closed. Other connections are not affected.
 
 Flow control (``KafkaFlow``), so that no client can take the loop or the memory of all: a
@@ -446,8 +446,8 @@ class KafkaConnection(asyncio.Protocol):
                 limit = sasl_api.MAX_RECEIVE_BYTES
             size = int.from_bytes(buf[pos : pos + 4], "big", signed=True)
             if size < 0 or size > limit:
-                self.fail(f"request of {size} bytes (socket.request.max.bytes is {limit})")
-                return
+                self.refuse(f"request of {size} bytes (socket.request.max.bytes is {limit})")
+                break
             if end - pos - 4 < size:
                 break
             with memoryview(buf) as view:  # one copy of the frame, not two
@@ -508,7 +508,7 @@ class KafkaConnection(asyncio.Protocol):
         try:
             key, version, correlation_id, client_id, pos = wire.parse_header(frame)
         except wire.WireError as exc:
-            self.fail(f"unreadable request header: {exc}")
+            self.refuse(f"unreadable request header: {exc}")
             return
         listener = self.listener
         if self.sasl is not None and sasl_gate.intercept(
@@ -522,7 +522,8 @@ class KafkaConnection(asyncio.Protocol):
                     version, correlation_id, frame, pos, self.sasl is not None
                 )
             except wire.WireError as exc:
-                self.fail(str(exc))
+                self.slots.pop()  # its own: never answered
+                self.refuse(str(exc))
                 return
             if self.sasl is not None and not self.sasl.authenticated:
                 # Kafka's authenticator moves on only after an answer without error (its error
@@ -567,7 +568,7 @@ class KafkaConnection(asyncio.Protocol):
         if served is not None:
             lo, hi = served
             if not lo <= version <= hi:
-                self.fail(f"{wire.api_name(key)} v{version} is not supported (v{lo}-v{hi})")
+                self.refuse(f"{wire.api_name(key)} v{version} is not supported (v{lo}-v{hi})")
                 return
             item = (self._slot(), key, version, correlation_id, client_id, frame, pos)
             if self.worker is None and not self.work and not self.admitting:
@@ -588,7 +589,7 @@ class KafkaConnection(asyncio.Protocol):
         mode = (
             "" if listener.upstream is not None else " (coordinator-only mode: no --kafka-upstream)"
         )
-        self.fail(f"API key {key} ({wire.api_name(key)}) v{version} is not served{mode}")
+        self.refuse(f"API key {key} ({wire.api_name(key)}) v{version} is not served{mode}")
 
     def _sasl_without_sasl(
         self, key: int, version: int, correlation_id: int, frame: bytes, pos: int
@@ -599,7 +600,7 @@ class KafkaConnection(asyncio.Protocol):
         seeing its connection closed. (With an upstream they go to the broker, as before.)"""
         lo, hi = sasl_api.SASL_APIS[key]
         if not lo <= version <= hi:
-            self.fail(f"{wire.api_name(key)} v{version} is not supported (v{lo}-v{hi})")
+            self.refuse(f"{wire.api_name(key)} v{version} is not supported (v{lo}-v{hi})")
             return
         if self._decoded(key, version, frame, pos) is None:
             return
@@ -620,7 +621,7 @@ class KafkaConnection(asyncio.Protocol):
         checked, so it is not forwarded: the connection is closed."""
         rule = GUARD_RULES.get(key)
         if key not in topic_guard.GUARDED and rule is None:
-            self.fail(
+            self.refuse(
                 f"{wire.api_name(key)} v{version} cannot be authorized here and is not "
                 "forwarded while ACLs are in force"
             )
@@ -666,7 +667,7 @@ class KafkaConnection(asyncio.Protocol):
             offset = wire.body_offset(frame, key, version, pos)
             return wire.decode(key, version, frame, offset, max_elements)
         except wire.WireError as exc:
-            self.fail(str(exc))
+            self.refuse(str(exc))
             return None
 
     def _slot(self) -> Slot:
@@ -835,6 +836,14 @@ class KafkaConnection(asyncio.Protocol):
     def fail(self, why: str) -> None:
         log.warning("Closing Kafka connection from %s: %s.", self.peer, why)
         self.close()
+
+    def refuse(self, why: str) -> None:
+        """A request just read that Kafka would close the connection on (unreadable, an API
+        or version not served, too large): logged, nothing after it is read, and the
+        connection is closed once the requests read before it are answered — Kafka reads a
+        connection's next request only after it answered the one before, so those are."""
+        log.warning("Closing Kafka connection from %s: %s.", self.peer, why)
+        self.close_when_drained()
 
     def timed_out(self, slot: Slot) -> None:
         """A forwarded request of this connection had no answer in time (the connection is
