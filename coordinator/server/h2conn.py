@@ -26,6 +26,7 @@ from ngh2 import (
     RequestReceived,
     Role,
     SettingsAcknowledged,
+    SettingsReceived,
     StreamClosed,
     StreamReset,
     TrailersReceived,
@@ -74,6 +75,7 @@ class Host(Protocol):
     max_concurrent_calls: int
     max_concurrent_streams: int
     max_connection_unread_bytes: int
+    handshake_timeout_s: float  # the client's SETTINGS by then (``h2lifetime.py``)
     connections: set[H2Connection]
     group_of: Callable[[str, bytes], Hashable | None] | None
     admission: Admission[Hashable, _Call]
@@ -236,7 +238,7 @@ class H2Connection(asyncio.Protocol):
             self.transport.write(with_stream_limit(self.h2.data_to_send(), self.streams.limit))
         # Streams' windows bound what a connection holds; the connection's never does.
         self.h2.set_local_window_size(CONNECTION_WINDOW)
-        self.lifetime = Lifetime(self, self.server.options)
+        self.lifetime = Lifetime(self, self.server.options, self.server.handshake_timeout_s)
         if self.server.stopping:
             self.h2.send_goaway(NO_ERROR, last_stream_id=0)
         self.flush()
@@ -332,6 +334,8 @@ class H2Connection(asyncio.Protocol):
                     self.streams.open.discard(event.stream_id)
             elif kind is SettingsAcknowledged and self.streams is not None:
                 self.streams.acknowledged = True
+            elif kind is SettingsReceived and self.lifetime is not None:
+                self.lifetime.settings_received()
             elif kind is WindowUpdated:
                 self._writable.set()
             elif kind is PingReceived:

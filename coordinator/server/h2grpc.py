@@ -91,6 +91,7 @@ from .admission import Admission, ReadTurns
 from .grpc_options import INFINITE_MS, GrpcOptions
 from .h2conn import READ_BUDGET, H2Connection, _Call, run_call
 from .h2flow import ARRIVING_WINDOWS
+from .h2lifetime import HANDSHAKE_TIMEOUT_S
 from .h2wire import CANCELLED_AT_STOP, TRAILERS_ONLY, accept_encoding
 from .h2wire import format_peer as format_peer
 from .h2wire import parse_timeout as parse_timeout
@@ -125,6 +126,8 @@ class H2GrpcServer:
         self.max_message_bytes = max_message_bytes
         self.tls = tls
         """TLS on every connection (``tls.py``; ALPN ``h2``); None: plaintext (h2c)."""
+        # grpc-core's handshake timeout (grpc.aio is given TLS's on a TLS listener, as here)
+        self.handshake_timeout_s = HANDSHAKE_TIMEOUT_S if tls is None else tls.handshake_timeout_s
         self.max_concurrent_calls = max_concurrent_calls
         self.reuseport = reuseport
         # grpc-core's soft and hard limits (the hard one is announced)

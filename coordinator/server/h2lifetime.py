@@ -15,6 +15,11 @@ What grpc-core does, measured against grpc.aio 1.85 frame by frame
   a window update forgives: the count starts again.
 * **Idle.** A connection without calls for ``grpc.max_connection_idle_ms`` gets GOAWAY
   "connection idle" (grpc-core's code, INTERNAL_ERROR) and is closed.
+* **Handshake.** A client that has not sent its SETTINGS (the end of its connection preface)
+  within the handshake timeout (grpc-core's ``grpc.server_handshake_timeout_ms``: 120 s, or
+  TLS's ``ssl.handshake.timeout.ms`` on a TLS listener, as grpc.aio is given) gets GOAWAY
+  INTERNAL_ERROR "Did not receive HTTP/2 settings before handshake timeout" and is closed: a
+  connection that says nothing is not kept for ever.
 * **Age.** At ``grpc.max_connection_age_ms`` (+-10%, so that connections made together do not all
   go together) the server says goodbye gracefully, as grpc-core does: GOAWAY with the highest
   stream id and a PING, then, once the PING is answered, GOAWAY with the last stream it took
@@ -44,6 +49,9 @@ IDLE_PING_INTERVAL_S = 7200.0
 """grpc-core: with no call in flight a client may PING once in two hours (RFC 1122's TCP
 keepalive), unless ``keepalive_permit_without_calls``."""
 AGE_JITTER = 0.1
+HANDSHAKE_TIMEOUT_S = 120.0
+"""grpc-core's ``grpc.server_handshake_timeout_ms`` default: the client's SETTINGS by then."""
+NO_SETTINGS = b"Did not receive HTTP/2 settings before handshake timeout"
 
 
 class Managed(Protocol):
@@ -85,15 +93,21 @@ class Lifetime:
         "_options",
         "_ping_timer",
         "_reads_seen",
+        "_settings_timer",
         "_strikes",
         "_writes_seen",
         "draining",
     )
 
-    def __init__(self, conn: Managed, options: GrpcOptions) -> None:
+    def __init__(
+        self, conn: Managed, options: GrpcOptions, handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+    ) -> None:
         self._conn = conn
         self._options = options
         self._loop = asyncio.get_running_loop()
+        self._settings_timer: asyncio.TimerHandle | None = self._loop.call_later(
+            handshake_timeout_s, self._no_settings
+        )
         self._keepalive_timer: asyncio.TimerHandle | None = None
         self._ping_timer: asyncio.TimerHandle | None = None  # the outstanding PING's deadline
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -123,6 +137,7 @@ class Lifetime:
     def close(self) -> None:
         """The connection is gone: no timer fires any more."""
         for timer in (
+            self._settings_timer,
             self._keepalive_timer,
             self._ping_timer,
             self._idle_timer,
@@ -132,6 +147,19 @@ class Lifetime:
         ):
             if timer is not None:
                 timer.cancel()
+
+    # ------------------------------------------------------------------ handshake
+
+    def settings_received(self) -> None:
+        """The client's SETTINGS came: its handshake is done."""
+        if self._settings_timer is not None:
+            self._settings_timer.cancel()
+            self._settings_timer = None
+
+    def _no_settings(self) -> None:
+        self._settings_timer = None
+        self._conn.send_goaway(INTERNAL_ERROR, 0, NO_SETTINGS)
+        self._conn.end(NO_SETTINGS.decode())
 
     # ------------------------------------------------------------------ keepalive
 

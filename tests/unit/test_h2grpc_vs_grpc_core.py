@@ -6,6 +6,8 @@ asserts the answer and that grpc.aio answers the same."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,6 +25,7 @@ INTERNAL_ERROR = 0x2
 REFUSED_STREAM = 0x7
 CANCEL = 0x8
 ENHANCE_YOUR_CALM = 0xB
+GOAWAY = 0x7  # frame type
 
 
 async def echo(request: bytes, context: Any) -> bytes:
@@ -495,3 +498,70 @@ async def test_many_streams_reset_by_the_client_do_not_end_its_connection(
         assert (conn.goaways, conn.eof) == ([], False)
     finally:
         conn.close()
+
+
+def frames(data: bytes) -> list[tuple[int, int, bytes]]:
+    """The HTTP/2 frames in ``data``: (type, stream id, payload)."""
+    out, pos = [], 0
+    while pos + 9 <= len(data):
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFF_FFFF
+        out.append((data[pos + 3], stream_id, data[pos + 9 : pos + 9 + length]))
+        pos += 9 + length
+    return out
+
+
+@pytest.mark.parametrize("server", ["h2", "grpc-core"])
+async def test_a_client_that_never_sends_its_settings_is_told_so_and_dropped(server: str) -> None:
+    """grpc-core's handshake timeout (``grpc.server_handshake_timeout_ms``, 120 s; 1 s here): a
+    connection that sends nothing, or its preface without the SETTINGS that end it, gets GOAWAY
+    INTERNAL_ERROR (last stream 0) "Did not receive HTTP/2 settings before handshake timeout"
+    and is closed; one that sent its SETTINGS stays, and its call is served after. (Before, our
+    server kept a connection that said nothing for ever.)"""
+    served: Any
+    if server == "h2":
+        served = H2GrpcServer(MAX_BYTES)
+        served.handshake_timeout_s = 1.0
+    else:
+        served = grpc.aio.server(options=[("grpc.server_handshake_timeout_ms", 1000)])
+    served.add_generic_rpc_handlers([methods()])
+    port = served.add_insecure_port("127.0.0.1:0")
+    await served.start()
+    preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+    async def silent(sent: bytes) -> tuple[list[tuple[int, int, bytes]], float]:
+        """What the server sent until it closed the connection, and when it did."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(sent)
+        started, data = time.monotonic(), b""
+        try:
+            while chunk := await asyncio.wait_for(reader.read(1 << 16), 5):
+                data += chunk
+        finally:
+            writer.close()
+        return frames(data), time.monotonic() - started
+
+    talking = await RawConnection.open(port)
+    try:
+        for sent in (b"", preface):
+            got, after = await silent(sent)
+            goaway = [(stream_id, payload) for kind, stream_id, payload in got if kind == GOAWAY]
+            assert goaway == [
+                (
+                    0,
+                    (0).to_bytes(4, "big")
+                    + INTERNAL_ERROR.to_bytes(4, "big")
+                    + b"Did not receive HTTP/2 settings before handshake timeout",
+                )
+            ]
+            assert 0.9 < after < 3.0, after
+        call = talking.request(f"/{SERVICE}/Echo", grpc_frame(b"still"))
+        assert await talking.until(lambda: talking.answered(call), 5)
+        assert (talking.answers[call].outcome, talking.goaways, talking.eof) == (
+            (b"0", b""),
+            [],
+            False,
+        )
+    finally:
+        talking.close()
+        await served.stop(None)
