@@ -225,7 +225,14 @@ class CoordinatorServer:
         """True when every gRPC client must authenticate (a required bearer token or client
         certificate): the start-up log does not call the listener open to anonymous clients."""
         self.metrics_address: str | None = None  # set by serve() once the endpoint is bound
-        add_health_and_reflection(self.server, self.health, self.service_names)
+        # health and reflection within the limit too, as calls naming no group: 11,000 health
+        # Watch streams of one client took every slot of the process and refused everyone
+        add_health_and_reflection(
+            self.server,
+            self.health,
+            self.service_names,
+            lambda path, run: limited(path, run, group_keys, self.call_limit),
+        )
         self.kafka: KafkaListener | None = None
         self.kafka_address = ""
         self.kafka_addresses: list[tuple[str, str, str]] = []  # (name, protocol, address)

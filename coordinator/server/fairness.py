@@ -16,7 +16,7 @@ such limit; where we must shed, we shed the group that floods:
   once share the tenth; calls naming no group count as one group.)
 
 Both servers apply the limit in the handlers (``grpc_server.local_handler``, the front ends'
-forwarders); our own server also starts calls fairly between groups (``admission.py``).
+forwarders, health's and reflection's: ``add_health_and_reflection``); our own server also starts calls fairly between groups (``admission.py``).
 """
 
 from __future__ import annotations

@@ -84,7 +84,12 @@ class FrontEndServer:
         add_raw_handlers(
             self.server, served, lambda path: limited(path, self._forwarder(path), keys, limit)
         )
-        add_health_and_reflection(self.server, self.health, self.service_names)
+        add_health_and_reflection(  # within the limit, as calls naming no group (app.py)
+            self.server,
+            self.health,
+            self.service_names,
+            lambda path, run: limited(path, run, keys, limit),
+        )
 
     async def _connection(self, context: grpc.aio.ServicerContext) -> FrameConnection:
         """The connection to the coordinator (the call ends UNAVAILABLE while it shuts down)."""

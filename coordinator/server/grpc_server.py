@@ -70,6 +70,37 @@ class RpcServer(Protocol):
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None: ...
 
 
+Within = Callable[[str, Callable[..., Any]], Callable[..., Any]]
+"""A method's behaviour (its path, the function) made to run within a limit
+(``fairness.limited``)."""
+
+
+class _Within(grpc.GenericRpcHandler):
+    """Another generic handler's methods, each run ``within`` (made once per method)."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler, within: Within) -> None:
+        self._inner = inner
+        self._within = within
+        self._made: dict[str, grpc.RpcMethodHandler] = {}
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        path: str = details.method
+        made = self._made.get(path)
+        if made is not None:
+            return made
+        handler: Any = self._inner.service(details)
+        if handler is None:
+            return None
+        kind = next(
+            kind
+            for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+            if getattr(handler, kind) is not None
+        )
+        made = handler._replace(**{kind: self._within(path, getattr(handler, kind))})
+        self._made[path] = made
+        return made
+
+
 class GenericOnly:
     """Wraps a grpc.aio server for ``add_*Servicer_to_server`` functions (health, reflection) so
     that they register generic handlers only.
@@ -79,11 +110,15 @@ class GenericOnly:
     our services that was, after gRPC's own work, the largest per-call cost (bench/service.py).
     Generic handlers share one pending future."""
 
-    def __init__(self, server: RpcServer) -> None:
+    def __init__(self, server: RpcServer, within: Within | None = None) -> None:
         self._server = server
+        self._within = within
 
     def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
-        self._server.add_generic_rpc_handlers(handlers)
+        within = self._within
+        self._server.add_generic_rpc_handlers(
+            handlers if within is None else [_Within(handler, within) for handler in handlers]
+        )
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
         """Deliberately nothing: the same handlers came through ``add_generic_rpc_handlers``."""
@@ -217,14 +252,15 @@ def grpc_credentials(tls: ServerTls) -> grpc.ServerCredentials:
 
 
 def add_health_and_reflection(
-    server: RpcServer, servicer: Any, service_names: Sequence[str]
+    server: RpcServer, servicer: Any, service_names: Sequence[str], within: Within | None = None
 ) -> None:
-    """Standard health checking and server reflection for ``service_names`` (generic handlers)."""
+    """Standard health checking and server reflection for ``service_names`` (generic handlers),
+    each method run ``within`` if given (the concurrency limit: as calls naming no group)."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
     # GenericOnly stands in for the server (duck-typed: the two calls it takes).
-    generic_only = cast(grpc.aio.Server, GenericOnly(server))
+    generic_only = cast(grpc.aio.Server, GenericOnly(server, within))
     health_pb2_grpc.add_HealthServicer_to_server(servicer, generic_only)
     # The asyncio servicer on every server (enable_server_reflection would pick the blocking
     # one for anything that is not a grpc.aio.Server).

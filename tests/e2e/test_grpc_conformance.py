@@ -689,6 +689,38 @@ def test_the_concurrency_limit_is_per_group(tmp_path: Path, transport: str) -> N
         assert server.stop() == 0, server.stderr_text()
 
 
+def test_health_streams_count_as_calls_naming_no_group(tmp_path: Path, transport: str) -> None:
+    """``--max-concurrent-calls 10``: a client opens twelve health Watch streams (each answered
+    SERVING, then held open): ten are the share of the calls naming no group, the other two are
+    refused RESOURCE_EXHAUSTED, and another group's heartbeat is still served (the process
+    keeps its tenth for the groups). Before, health and reflection were outside the groups'
+    limits: eleven streams took every slot of the process, and the heartbeat was refused (at the
+    defaults, 11,000 Watch streams of one client had every client refused)."""
+    server = serve(tmp_path, transport, "--max-concurrent-calls", "10")
+    watches = []
+    try:
+        server.create_topic("orders", 3)
+        stub = health_pb2_grpc.HealthStub(server.channel)
+        outcomes = []
+        for _ in range(12):
+            watch = stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=WAIT_S)
+            watches.append(watch)
+            try:
+                outcomes.append(("OK", next(watch).status))
+            except grpc.RpcError as exc:
+                outcomes.append((exc.code(), exc.details()))  # type: ignore[attr-defined]
+        assert (
+            outcomes
+            == [("OK", health_pb2.HealthCheckResponse.SERVING)] * 10
+            + [(grpc.StatusCode.RESOURCE_EXHAUSTED, "Concurrent RPC limit exceeded!")] * 2
+        )
+        assert join_push_group(server, "other")  # another group's heartbeat
+    finally:
+        for watch in watches:
+            watch.cancel()
+        assert server.stop() == 0, server.stderr_text()
+
+
 # ---------------------------------------------------------------- shutdown
 
 
