@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from kafka_clients import STACK_SETTINGS, BackgroundProducer, Fleet
-from kafka_support import KafkaStack, create_topics, fetch_request, request
+from kafka_support import KafkaStack, create_topics, encode_request, fetch_request, request
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode as E
 from kio.serial import entity_reader
@@ -126,6 +126,33 @@ def test_bad_input_closes_only_that_connection(
     assert [(t.name, len(t.partitions)) for t in meta.topics] == [(WITNESS, 2)]
     bad.close()
     good.close()
+
+
+def test_a_forwarded_request_ahead_of_a_served_one_that_does_not_decode_is_answered(
+    stack: KafkaStack,
+) -> None:
+    """A Metadata forwarded to the broker, pipelined with a JoinGroup whose body does not
+    decode behind it: Kafka answers the Metadata before it reads the JoinGroup and closes on
+    it; the close came while the broker's answer was on its way, and it was lost. Nothing read
+    after the bad request is answered (the ApiVersions behind it)."""
+    c = stack.server.client()
+    create_topics(c, **{"bi-ahead": 2})
+    metadata = request(
+        3,
+        12,
+        topics=[{"name": "bi-ahead", "topic_id": None}],
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    c.pending.append((1, 3, 12))  # what receive() checks the answer against
+    behind = frame(18, 0, correlation_id=8)  # never read: after the bad one
+    c.send_raw(encode_request(metadata, 1) + BAD["join-group-garbage"] + behind)
+    meta = c.receive()
+    assert [(t.name, int(t.error_code), len(t.partitions)) for t in meta.topics] == [
+        ("bi-ahead", 0, 2)
+    ]
+    assert c.closed_by_server(timeout=5)
+    c.close()
 
 
 def test_api_versions_of_an_unknown_version_is_answered_in_v0(stack: KafkaStack) -> None:

@@ -775,7 +775,8 @@ class KafkaConnection(asyncio.Protocol):
                 self, key, version, correlation_id, client_id, frame, pos
             )
         except wire.WireError as exc:
-            self.fail(str(exc))
+            self._forget_from(slot)
+            self.refuse(str(exc))
             return False
         except UpstreamTimedOut:  # the upstream closed this connection, saying why
             self.close()
@@ -802,8 +803,8 @@ class KafkaConnection(asyncio.Protocol):
             slot.observed = None
             observed(True, False)
         slots = self.slots
-        if slots[0] is not slot:
-            return
+        if not slots or slots[0] is not slot:
+            return  # not (or no longer: _forget_from) in the order
         out = []
         while slots and slots[0].done:
             head = slots.popleft()
@@ -836,6 +837,20 @@ class KafkaConnection(asyncio.Protocol):
     def fail(self, why: str) -> None:
         log.warning("Closing Kafka connection from %s: %s.", self.peer, why)
         self.close()
+
+    def _forget_from(self, slot: Slot) -> None:
+        """``slot``'s request does not decode: it and every request read after it are
+        forgotten (Kafka would not have read them), their answers never written; those read
+        before it keep their place (a forwarded one still on its way is answered first)."""
+        self.work.clear()
+        self.queued_bytes = 0
+        while self.slots:
+            later = self.slots.pop()
+            observed, later.observed = later.observed, None
+            if observed is not None and not later.done:
+                observed(False, False)  # a forwarded request never answered
+            if later is slot:
+                break
 
     def refuse(self, why: str) -> None:
         """A request just read that Kafka would close the connection on (unreadable, an API
