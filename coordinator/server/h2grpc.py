@@ -163,7 +163,7 @@ class H2GrpcServer:
         self.active = 0
         self.stopping = False
         self._generic: list[grpc.GenericRpcHandler] = []
-        self._by_path: dict[str, grpc.RpcMethodHandler | None] = {}
+        self._by_path: dict[str, grpc.RpcMethodHandler] = {}  # the paths we serve
         self._sockets: list[socket.socket] = []
         self._servers: list[Any] = []  # asyncio.AbstractServer, or tls.TlsServer
         self._idle: asyncio.Event | None = None
@@ -183,14 +183,13 @@ class H2GrpcServer:
             return self._by_path[path]
         except KeyError:
             pass
-        found = None
         details = _CallDetails(path, tuple(metadata))
         for generic in self._generic:
             found = generic.service(details)  # type: ignore[arg-type]
             if found is not None:
-                break
-        self._by_path[path] = found  # every handler we serve is chosen by its path alone
-        return found
+                self._by_path[path] = found  # every handler we serve is chosen by its path
+                return found
+        return None  # not kept: a client naming ever new paths would grow the server
 
     def add_insecure_port(self, address: str) -> int:
         """Bind ``HOST:PORT`` (every address the host resolves to; port 0: one free port for
