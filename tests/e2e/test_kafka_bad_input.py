@@ -128,29 +128,28 @@ def test_bad_input_closes_only_that_connection(
     good.close()
 
 
-def test_a_forwarded_request_ahead_of_a_served_one_that_does_not_decode_is_answered(
-    stack: KafkaStack,
-) -> None:
+@pytest.mark.parametrize("bad", ["join-group-garbage", "produce-v9-truncated-tags"])
+def test_a_forwarded_request_ahead_of_a_bad_one_is_answered(stack: KafkaStack, bad: str) -> None:
     """A Metadata forwarded to the broker, pipelined with a JoinGroup whose body does not
-    decode behind it: Kafka answers the Metadata before it reads the JoinGroup and closes on
-    it; the close came while the broker's answer was on its way, and it was lost. Nothing read
-    after the bad request is answered (the ApiVersions behind it)."""
+    decode (or a Produce whose acks cannot be read) behind it: Kafka answers the Metadata
+    before it reads the bad request and closes on it; the close came while the broker's answer
+    was on its way, and it was lost. Nothing read after the bad request is answered (the
+    ApiVersions behind it)."""
     c = stack.server.client()
-    create_topics(c, **{"bi-ahead": 2})
+    topic = f"bi-ahead-{bad}"
+    create_topics(c, **{topic: 2})
     metadata = request(
         3,
         12,
-        topics=[{"name": "bi-ahead", "topic_id": None}],
+        topics=[{"name": topic, "topic_id": None}],
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
     c.pending.append((1, 3, 12))  # what receive() checks the answer against
     behind = frame(18, 0, correlation_id=8)  # never read: after the bad one
-    c.send_raw(encode_request(metadata, 1) + BAD["join-group-garbage"] + behind)
+    c.send_raw(encode_request(metadata, 1) + BAD[bad] + behind)
     meta = c.receive()
-    assert [(t.name, int(t.error_code), len(t.partitions)) for t in meta.topics] == [
-        ("bi-ahead", 0, 2)
-    ]
+    assert [(t.name, int(t.error_code), len(t.partitions)) for t in meta.topics] == [(topic, 0, 2)]
     assert c.closed_by_server(timeout=5)
     c.close()
 

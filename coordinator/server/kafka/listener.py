@@ -652,7 +652,7 @@ class KafkaConnection(asyncio.Protocol):
             upstream.forward(self, key, version, frame, rewrite=rewrite, then=then)
         except wire.WireError as exc:  # a Produce whose acks cannot be read
             self._forwarding = None
-            self.fail(str(exc))
+            self.refuse(str(exc))
 
     def answer(self, data: bytes | None) -> None:
         """Answer the request just read, here and now (None: a request without a response)."""
