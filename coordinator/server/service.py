@@ -825,14 +825,17 @@ def _with_denied_topics(
     denied: set[str],
 ) -> OffsetDeleteResponse:
     """OffsetDelete's answer with TOPIC_AUTHORIZATION_FAILED on the partitions of ``denied``
-    topics, in Kafka's order (KafkaApis.handleOffsetDeleteRequest: the refused topics, in the
-    order of the request, then the coordinator's answer)."""
+    topics, in Kafka's order (KafkaApis.handleOffsetDeleteRequest): the topics answered before
+    the coordinator is asked — refused, unknown, or naming partitions they do not have (the
+    core answers those UNKNOWN_TOPIC_OR_PARTITION first) — in the order of the request, then
+    the others, as the coordinator answered them."""
     served = {t.name: t for t in answer.topics}
-    out = []
+    first: list[OffsetTopicResult] = []
+    rest: list[OffsetTopicResult] = []
     for name, partitions in asked:
         if name in denied:
             exc = topics_denied([name])
-            out.append(
+            first.append(
                 OffsetTopicResult(
                     name=name,
                     topic_id=ZERO_TOPIC_ID,
@@ -844,5 +847,9 @@ def _with_denied_topics(
                     ),
                 )
             )
-    out += [served.pop(name) for name, _partitions in asked if name in served]
-    return replace(answer, topics=tuple(out))
+        elif (found := served.pop(name, None)) is not None:
+            unknown = any(
+                p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION for p in found.partitions
+            )
+            (first if unknown else rest).append(found)
+    return replace(answer, topics=tuple(first + rest + list(served.values())))

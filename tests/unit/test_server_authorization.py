@@ -383,3 +383,34 @@ async def test_a_syncgroup_v5_without_its_protocol_is_refused_before_it_is_autho
     )
     assert old.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
     assert [r.api for r in refusals] == ["SyncGroup"]
+
+
+async def test_offset_delete_answers_refused_and_unknown_topics_in_the_request_s_order(
+    svc,
+) -> None:
+    """KafkaApis.handleOffsetDeleteRequest answers, topic by topic in the order of the request,
+    a refused topic TOPIC_AUTHORIZATION_FAILED, an unknown one UNKNOWN_TOPIC_OR_PARTITION and a
+    known topic's partitions that do not exist UNKNOWN_TOPIC_OR_PARTITION; the coordinator's
+    answer is merged in after (a topic already answered gets its other partitions appended).
+    Before, the refused topics came first, whatever their place in the request."""
+    service, _ = svc
+    await grant(
+        service,
+        acl(3, "g", OP.DELETE),
+        acl(2, "public", OP.READ),
+        acl(2, "nope", OP.READ),
+        acl(2, "pay-eu", OP.READ),
+        acl(2, "secret", OP.READ, principal="User:other"),
+    )
+    await service.offset_commit(commit("g", {("public", 0): 5, ("pay-eu", 1): 7}), ADMIN)
+    asked = [("pay-eu", [1]), ("nope", [0]), ("secret", [0]), ("public", [0, 9])]
+    deleted = (await service.offset_delete(("g", asked), ALICE)).value
+    assert deleted is not None
+    assert [
+        (t.name, [(p.partition_index, p.error_code) for p in t.partitions]) for t in deleted.topics
+    ] == [
+        ("nope", [(0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]),
+        ("secret", [(0, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]),
+        ("public", [(9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), (0, ErrorCode.NONE)]),
+        ("pay-eu", [(1, ErrorCode.NONE)]),
+    ]
