@@ -149,6 +149,7 @@ class _Call:
         "started",
         "waiting",
         "held",
+        "running",
     )
 
     def __init__(
@@ -188,6 +189,7 @@ class _Call:
         self.started = False  # handed to admission (its handler runs, or waits its turn)
         self.waiting = False  # waits its turn in admission
         self.held = 0  # what it counts as unread until it starts (``Windows.arriving``)
+        self.running = False  # its handler was started: it holds a slot
         self.queued = 0
 
 
@@ -611,8 +613,8 @@ class H2Connection(asyncio.Protocol):
         # else it starts at the end of the slice (``_whole``): not if reset in the same bytes
 
     def _start(self, call: _Call) -> None:
-        """Its request is whole (a client stream: open): it takes a slot (none before: streams
-        that send nothing cannot lock others out) or is refused, and waits its turn."""
+        """Its request is whole (a client stream: open): it waits its turn (``admission.py``),
+        still counted as unread by its connection (bounded), taking no slot yet."""
         if call.started:
             return
         if self._deferred or self._holding_answers():
@@ -620,14 +622,8 @@ class H2Connection(asyncio.Protocol):
             # its socket) gets no more until it does: they would pile up without bound
             self._deferred.append(call)  # still counted unread: its connection's bound holds
             return
-        server = self.server
-        self.windows.arrived(call)
-        if server.max_concurrent_calls and server.active >= server.max_concurrent_calls:
-            self.finish(call, grpc.StatusCode.RESOURCE_EXHAUSTED, LIMIT_EXCEEDED)
-            return
         call.started = True
-        server.active += 1
-        group_of = server.group_of
+        group_of = self.server.group_of
         key = None
         if group_of is not None and call.message is not None:
             key = call.group = group_of(call.path, call.message)
@@ -636,12 +632,23 @@ class H2Connection(asyncio.Protocol):
 
     def run(self, call: _Call) -> None:
         """Start the call's handler, in its turn (``admission.py``); one finished meanwhile
-        (deadline, reset, disconnect) is not started. A unary request is consumed now."""
+        (deadline, reset, disconnect) is not started. It takes a slot of
+        ``max_concurrent_calls`` now or is refused, before any work: calls waiting their turn
+        take none (one client's flood of calls waiting could refuse every group's), nor do
+        streams that send nothing. A unary request is consumed now."""
         call.waiting = False
-        if not call.finished:
-            if call.requests is None:
-                self.windows.delivered(call, call.received - call.delivered)
-            call.task = eager.start(self._run(call))  # a task only if it must wait
+        if call.finished:
+            return
+        server = self.server
+        self.windows.arrived(call)
+        if server.max_concurrent_calls and server.active >= server.max_concurrent_calls:
+            self.finish(call, grpc.StatusCode.RESOURCE_EXHAUSTED, LIMIT_EXCEEDED)
+            return
+        call.running = True
+        server.active += 1
+        if call.requests is None:
+            self.windows.delivered(call, call.received - call.delivered)
+        call.task = eager.start(self._run(call))  # a task only if it must wait
 
     def _closed(self, stream_id: int) -> None:
         """The stream is gone (the client reset it, or it ended): stop its handler."""
@@ -821,7 +828,7 @@ class H2Connection(asyncio.Protocol):
 
     def _release(self, call: _Call) -> None:
         """The call is over: its slot, its deadline, what it holds of the window."""
-        if call.started:
+        if call.running:
             self.server.active -= 1
         self.windows.arrived(call)
         if call.timer is not None:

@@ -23,7 +23,7 @@ ENHANCE_YOUR_CALM = 0xB
 ARRIVING_WINDOWS = 256
 """A connection may hold this many windows of unread requests besides one message limit."""
 ARRIVING_CALL_BYTES = 1024
-"""What a call whose request has not come whole counts against those unread requests besides its
+"""What a call not started yet (``h2conn.run``) counts against those unread requests besides its
 header list: the state of its stream and call (one that sends nothing cannot be held for free)."""
 
 

@@ -42,8 +42,8 @@ docs/operations.md):
   connection and its other calls go on; a non-gRPC request gets HTTP 415;
 * past ``max_concurrent_calls`` calls at once a new call is refused with RESOURCE_EXHAUSTED
   "Concurrent RPC limit exceeded!", before any work (grpc.aio's ``maximum_concurrent_rpcs``);
-  a call counts once its request is whole (a client stream: once open), so streams that send
-  nothing cannot take every slot;
+  a call counts once its handler starts (its request whole, its turn come), so neither streams
+  that send nothing nor one client's calls waiting their turn can take every slot;
 * with ``grpc.max_concurrent_streams``, a stream opened while that many are open is reset
   REFUSED_STREAM, that stream alone (ENHANCE_YOUR_CALM past that many in all before the client
   acknowledged the SETTINGS announcing it), as grpc-core's parser refuses it (``h2flow.py``);
@@ -59,8 +59,8 @@ Memory a client can make a connection hold is bounded: a stream's window (announ
 ``grpc.http2.lookahead_bytes``) is given back only as its handler consumes what came
 (``h2flow.py``); a message larger than half a window that its handler waits for is
 let past, one message limit per connection at a time; a connection holding more than a message
-limit and 256 windows of requests no handler has read (a call whose request has not come whole
-counting its header list and 1 KiB) refuses the call whose request is still arriving
+limit and 256 windows of requests no handler has read (a call not started yet counting its
+header list and 1 KiB) refuses the call whose request is still arriving
 (RESOURCE_EXHAUSTED). A client that does not read its answers is not read either
 (``pause_writing``), and one whose windows hold back more than a message limit of them has its
 next calls wait, unstarted, until they go; a server-streaming writer's ``write`` (or
