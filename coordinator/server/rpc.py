@@ -17,6 +17,7 @@ error code of its answer (:func:`answer_code`: the answers' shapes are this laye
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
@@ -315,14 +316,24 @@ def on_each(
     return shape
 
 
+EACH_STEP = 256
+"""Items :func:`each` answers a loop step: a request naming thousands of groups
+(DescribeGroups, ConsumerGroupDescribe, DescribeConfigs: up to
+``group.coordinator.request.max.groups``) lets the loop serve every other client between its
+steps (10,000 groups in one step held it 0.4-1.1 s)."""
+
+
 async def each(
     items: Iterable[K],
     answer: Callable[[K], Awaitable[V]],
     error: Callable[[K, ErrorCode, str | None], V],
 ) -> list[V]:
-    """``answer(item)`` for each item, in order; a protocol error answers its item only."""
-    out = []
+    """``answer(item)`` for each item, in order, :data:`EACH_STEP` items a loop step; a
+    protocol error answers its item only."""
+    out: list[V] = []
     for item in items:
+        if out and not len(out) % EACH_STEP:
+            await asyncio.sleep(0)  # the others' turn
         try:
             out.append(await answer(item))
         except CoordinatorError as exc:
