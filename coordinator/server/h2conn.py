@@ -11,6 +11,7 @@ import inspect
 import logging
 import math
 import socket
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import Any, Protocol
 
@@ -34,7 +35,7 @@ from ngh2 import (
 )
 
 from . import eager
-from .admission import Admission, ReadTurns
+from .admission import DEFAULT_BUDGET, Admission, ReadTurns
 from .fairness import LIMIT_EXCEEDED, NOT_READ
 from .grpc_options import GrpcOptions
 from .grpc_server import AbortCall
@@ -104,6 +105,8 @@ READ_BUDGET = 64 << 10
 READ_QUANTUM = 1 << 10
 """Bytes a connection with nothing waiting may always handle as it reads them, beyond the
 iteration's ``READ_BUDGET``: a few calls."""
+HELD_ANSWERS = 1024
+"""Calls whose answers the client's windows hold back, past which its next calls wait."""
 WRITE_BATCH_BYTES = 64 << 10
 """A stream's answers its client's windows let through wait for one flush up to this much; past
 it the writer flushes them before its next message."""
@@ -218,7 +221,8 @@ class H2Connection(asyncio.Protocol):
         self.windows = Windows(self, options.http2_lookahead_bytes, server.max_message_bytes)
         self._closing = False  # close once the calls are done
         # calls whose answers' turn waits for the client's windows to let ours go (``_start``)
-        self._deferred: list[_Call] = []
+        self._deferred: deque[_Call] = deque()
+        self._held: set[int] = set()  # streams answered whose answers wait for the windows
         self._resuming = False
         self.lifetime: Lifetime | None = None
         limit = server.max_concurrent_streams
@@ -401,21 +405,34 @@ class H2Connection(asyncio.Protocol):
             out += h2.data_to_send()
         if out:
             transport.write(out)
+        if self._held:  # the ones gone out
+            self._held = {stream_id for stream_id in self._held if h2.queued_body_size(stream_id)}
         if self._deferred and not self._resuming and not self._holding_answers():
             self._resuming = True
             asyncio.get_running_loop().call_soon(self._resume)
 
     def _holding_answers(self) -> bool:
-        """The client's flow-control windows hold back more than a message limit of answers."""
-        return self.h2.queued_body_size() > self.server.max_message_bytes
+        """The client's flow-control windows hold back more than a message limit of answers, or
+        the answers of more than ``HELD_ANSWERS`` calls (1.5 KB each however small)."""
+        held = self._held
+        return (
+            len(held) > HELD_ANSWERS or self.h2.queued_body_size() > self.server.max_message_bytes
+        )
 
     def _resume(self) -> None:
-        """Our answers went: the calls that waited for it start, in order."""
+        """Our answers went: the calls that waited for it start, in order, a turn's worth per
+        loop iteration, while the answers go."""
         self._resuming = False
-        deferred, self._deferred = self._deferred, []
-        for call in deferred:
+        deferred = self._deferred
+        for _ in range(DEFAULT_BUDGET):
+            if not deferred or self._holding_answers():
+                return  # the next flush resumes them
+            call = deferred.popleft()
             if not call.finished:
-                self._start(call)
+                self._run_now(call)
+        if deferred:
+            self._resuming = True
+            asyncio.get_running_loop().call_soon(self._resume)
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
@@ -617,11 +634,6 @@ class H2Connection(asyncio.Protocol):
         still counted as unread by its connection (bounded), taking no slot yet."""
         if call.started:
             return
-        if self._deferred or self._holding_answers():
-            # a client that does not take its answers (it keeps its windows shut while reading
-            # its socket) gets no more until it does: they would pile up without bound
-            self._deferred.append(call)  # still counted unread: its connection's bound holds
-            return
         call.started = True
         group_of = self.server.group_of
         key = None
@@ -639,6 +651,14 @@ class H2Connection(asyncio.Protocol):
         call.waiting = False
         if call.finished:
             return
+        if self._deferred or self._holding_answers():
+            # a client that does not take its answers (it keeps its windows shut while reading
+            # its socket) gets no more until it does: they would pile up without bound
+            self._deferred.append(call)  # still counted unread: its connection's bound holds
+            return
+        self._run_now(call)
+
+    def _run_now(self, call: _Call) -> None:
         server = self.server
         self.windows.arrived(call)
         if server.max_concurrent_calls and server.active >= server.max_concurrent_calls:
@@ -820,6 +840,11 @@ class H2Connection(asyncio.Protocol):
                 h2.send_response(stream_id, (*TRAILERS_ONLY, *trailers), end_stream=True)
             if not call.client_done:  # answered before the request ended: stop the upload
                 self._resets.append(stream_id)
+            queued = h2.queued_body_size(stream_id)
+            if queued and queued > min(
+                h2.remote_window_size, h2.stream_remote_window_size(stream_id)
+            ):
+                self._held.add(stream_id)  # its windows hold its answer back
         except NGH2Error:
             pass  # the stream was reset meanwhile
         self.writes += 1

@@ -62,8 +62,8 @@ let past, one message limit per connection at a time; a connection holding more 
 limit and 256 windows of requests no handler has read (a call not started yet counting its
 header list and 1 KiB) refuses the call whose request is still arriving
 (RESOURCE_EXHAUSTED). A client that does not read its answers is not read either
-(``pause_writing``), and one whose windows hold back more than a message limit of them has its
-next calls wait, unstarted, until they go; a server-streaming writer's ``write`` (or
+(``pause_writing``), and one whose windows hold back more than a message limit of them (or
+those of over 1,024 calls) has its next calls wait, unstarted, until they go; a server-streaming writer's ``write`` (or
 ``yield``) is done once its message has gone through the client's flow-control windows and
 while the socket's write buffer is under its high-water mark, as grpc-core's is: a client that does not read holds one message
 of each stream beyond its windows (10,000 such streams of 1 KiB answers: 10 MB queued; they

@@ -1046,6 +1046,67 @@ async def test_a_client_that_keeps_its_windows_shut_gets_no_more_answers_until_i
         await server.stop(None)
 
 
+async def test_a_client_that_keeps_its_windows_shut_gets_a_bounded_number_of_small_answers() -> (
+    None
+):
+    """The same client sends 3,000 calls answered 100 bytes each (a message limit of 16 MiB, so
+    the bytes held back stay far under it): once the answers of ``HELD_ANSWERS`` calls wait for
+    its windows (each holds its stream, 1.5 KB however small), its next calls wait unstarted;
+    as it gives its windows back every call is answered, in order. (Before, every call ran and
+    its answer waited: 30,000 such calls held 40 MB, and as many as the client sent.)"""
+    from coordinator.server.h2conn import HELD_ANSWERS
+
+    ran: list[bytes] = []
+    answer = b"a" * 100
+
+    async def small(request: bytes, context: Any) -> bytes:
+        ran.append(request)
+        return answer
+
+    server, port = await serving("Small", small, max_bytes=16 << 20)
+    conn = await RawConnection.open(port, auto_window_update=False)
+    given: dict[int, int] = {}
+
+    def received() -> int:
+        return sum(len(a.data) for a in conn.answers.values())
+
+    def give_back() -> None:
+        for stream_id, got in conn.answers.items():
+            if len(got.data) > given.get(stream_id, 0):
+                try:
+                    conn.h2.acknowledge_received_data(
+                        len(got.data) - given.get(stream_id, 0), stream_id
+                    )
+                except (NGH2Error, ValueError):
+                    pass  # closed meanwhile
+                given[stream_id] = len(got.data)
+        conn.flush()
+
+    try:
+        streams = [
+            conn.request(f"/{SERVICE}/Small", grpc_frame(b"%04d" % i), flush=False)
+            for i in range(3000)
+        ]
+        conn.flush()
+        await conn.until(lambda: False, 1.0)
+        through = 65_535 // len(grpc_frame(answer))  # what the connection's window let out
+        assert through + HELD_ANSWERS < len(ran) <= through + HELD_ANSWERS + 64, len(ran)
+        for _ in range(1000):  # give back what came, read what that lets through
+            give_back()
+            before = received()
+            if conn.answered(*streams):
+                break
+            await conn.until(lambda b=before: received() > b, 5)
+        assert [(conn.answers[s].outcome, conn.answers[s].data) for s in streams] == [
+            ((b"0", b""), grpc_frame(answer))
+        ] * 3000
+        assert ran == [b"%04d" % i for i in range(3000)]
+        assert (server.active, conn.goaways, conn.eof) == (0, [], False)
+    finally:
+        conn.close()
+        await server.stop(None)
+
+
 # ------------------------------------------------------------------ compression
 
 
