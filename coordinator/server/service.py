@@ -371,8 +371,9 @@ class CoordinatorService:
         self.limits.offset_commit(req)
         self.authz.check_group(caller, "OffsetCommit", READ, req.group_id)
         check_group_id(req.group_id)
-        await self._look_up(req.topics)
+        await self._look_up(t for t in req.topics if not t.name)  # by id: the names decide
         req, refused = self.authz.split_commit(caller, "OffsetCommit", req, self.topic_name)
+        await self._look_up(req.topics)  # only what it may commit to, as Kafka authorizes first
         legacy = caller.version_below(OFFSET_COMMIT_KIP848_VERSION)
         if refused and not req.topics:
             answered = OffsetCommitResponse(topics=())
@@ -393,8 +394,8 @@ class CoordinatorService:
         STALE_MEMBER_EPOCH and GROUP_ID_NOT_FOUND)."""
         self.limits.offset_commit(req)
         self.check_transaction(caller, "TxnOffsetCommit", req.transactional_id, req.group_id)
-        await self._look_up(req.topics)
         req, refused = self.authz.split_commit(caller, "TxnOffsetCommit", req, self.topic_name)
+        await self._look_up(req.topics)  # only what it may commit to, as Kafka authorizes first
         if refused and not req.topics:
             answered = OffsetCommitResponse(topics=())
         else:

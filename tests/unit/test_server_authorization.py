@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from builders import commit, join, make_runtime
@@ -414,3 +415,44 @@ async def test_offset_delete_answers_refused_and_unknown_topics_in_the_request_s
         ("public", [(9, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), (0, ErrorCode.NONE)]),
         ("pay-eu", [(1, ErrorCode.NONE)]),
     ]
+
+
+async def test_an_offset_commit_looks_up_only_the_topics_it_may_commit_to(svc) -> None:
+    """Where topics come from an upstream broker, a commit naming topics the registry lacks has
+    them looked up there first (a topic the broker just auto-created). Kafka authorizes each
+    topic before anything else: a refused name is answered TOPIC_AUTHORIZATION_FAILED without
+    being looked up (before, every name was, refused or not: a round trip to the broker for a
+    commit that could only be refused). Topics named by id are looked up first: their names
+    decide."""
+    service, _ = svc
+    await grant(
+        service,
+        acl(3, "g", OP.READ),
+        acl(2, "public", OP.READ),
+        acl(2, "fresh", OP.READ),
+        acl(2, "secret", OP.READ, principal="User:other"),
+    )
+    looked_up: list[tuple[list[str], list[str]]] = []
+    registry = service.topics
+
+    class Upstream:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(registry, name)
+
+        def lookup(self, names: Any, topic_ids: Any) -> None:
+            looked_up.append((sorted(names), sorted(topic_ids)))
+
+    service.topics = Upstream()  # type: ignore[assignment]
+    reply = await service.offset_commit(
+        commit("g", {("public", 0): 5, ("secret", 0): 9, ("fresh", 0): 1}), ALICE
+    )
+    assert reply.value is not None
+    assert [
+        (t.name, [(p.partition_index, p.error_code) for p in t.partitions])
+        for t in reply.value.topics
+    ] == [
+        ("secret", [(0, ErrorCode.TOPIC_AUTHORIZATION_FAILED)]),
+        ("fresh", [(0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]),  # not found upstream either
+        ("public", [(0, ErrorCode.NONE)]),
+    ]
+    assert [names for names, _ids in looked_up if names] == [["fresh", "public"]]
