@@ -469,6 +469,51 @@ async def test_garbage_ends_its_connection_quietly(
     assert server.active == 0
 
 
+def frames_in(data: bytes) -> list[tuple[int, bytes]]:
+    """The HTTP/2 frames in ``data``: (type, payload)."""
+    out, pos = [], 0
+    while pos + 9 <= len(data):
+        length = int.from_bytes(data[pos : pos + 3], "big")
+        out.append((data[pos + 3], data[pos + 9 : pos + 9 + length]))
+        pos += 9 + length
+    return out
+
+
+@pytest.mark.parametrize("kind", ["SETTINGS", "PRIORITY"])
+async def test_a_flood_of_control_frames_ends_that_connection_alone(served: Any, kind: str) -> None:
+    """A client sends 20,000 empty SETTINGS (each owes it an acknowledgement) or PRIORITY frames
+    (new streams' priorities, which gRPC ignores) as fast as it can: libnghttp2's flood
+    defences end that connection (more than 1,000 acknowledgements owed at once: closed without
+    GOAWAY; past 10,000 such frames then 330 a second: GOAWAY ENHANCE_YOUR_CALM), the server
+    goes on, and another connection's call is served. (grpc-core takes both floods: docs/operations.md lists the
+    difference.)"""
+    server, _h, channel, _ = served
+    port = server._sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + b"\x04" + bytes(5))
+    if kind == "SETTINGS":
+        flood = (bytes(3) + b"\x04" + bytes(5)) * 20_000
+    else:  # PRIORITY of streams 1, 3, 5 ...: weight 16, no dependency
+        flood = b"".join(
+            b"\x00\x00\x05\x02\x00" + (2 * i + 1).to_bytes(4, "big") + b"\x00\x00\x00\x00\x0f"
+            for i in range(20_000)
+        )
+    writer.write(flood)
+    data = b""
+    try:
+        while chunk := await asyncio.wait_for(reader.read(1 << 16), 5):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    finally:
+        writer.close()
+    goaways = [payload for frame, payload in frames_in(data) if frame == 0x7]
+    # an acknowledgement flood is dropped at once, without GOAWAY (libnghttp2's choice)
+    assert goaways == ([] if kind == "SETTINGS" else [bytes(4) + (0xB).to_bytes(4, "big")])
+    assert await unary(channel, "Echo")(b"still here", timeout=5) == b"still here"
+    assert server.active == 0
+
+
 class RawCalls:
     """Unary calls written by a bare HTTP/2 client on one connection, all at once: :meth:`send`
     writes them, :meth:`statuses` reads until every one has ended."""
