@@ -220,7 +220,7 @@ class H2Connection(asyncio.Protocol):
         options = server.options
         self.windows = Windows(self, options.http2_lookahead_bytes, server.max_message_bytes)
         self._closing = False  # close once the calls are done
-        # calls whose answers' turn waits for the client's windows to let ours go (``_start``)
+        # calls whose turn came while the client's windows held our answers back (``run``)
         self._deferred: deque[_Call] = deque()
         self._held: set[int] = set()  # streams answered whose answers wait for the windows
         self._resuming = False
