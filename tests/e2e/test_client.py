@@ -409,3 +409,39 @@ def test_blocking_close_from_a_callback_is_refused(server: ServerProcess) -> Non
         member.wait_stable(timeout=20)
         assert errors and "from a rebalance callback" in errors[0]
     assert member.state is MemberState.UNSUBSCRIBED
+
+
+async def test_close_after_a_fatal_error_lets_on_lost_finish(server: ServerProcess) -> None:
+    # A service's natural shape: wait_* raises MemberFailedError, ``async with`` closes the
+    # member at once. The member's on_lost (a coroutine: it stops the service's workers) has
+    # started by then; close() lets it finish (within its timeout) instead of cancelling it.
+    server.create_topic("fatal-lost", 2)
+    events: list[tuple[str, list[int]]] = []
+
+    async def on_assigned(parts: frozenset[TopicPartition]) -> None:
+        events.append(("assigned", sorted(tp.partition for tp in parts)))
+
+    async def on_lost(parts: frozenset[TopicPartition]) -> None:
+        events.append(("lost started", sorted(tp.partition for tp in parts)))
+        await asyncio.sleep(0.5)  # stopping the workers
+        events.append(("lost returned", sorted(tp.partition for tp in parts)))
+
+    a = GroupMember(
+        server.address,
+        "fatal-lost-g",
+        topics=["fatal-lost"],
+        on_assigned=on_assigned,
+        on_lost=on_lost,
+    )
+    with pytest.raises(MemberFailedError) as info:
+        async with asyncio.timeout(20), a:
+            await a.wait_stable()
+            await a.update_subscription(pattern="fatal-(")  # not a regular expression
+            await a.wait_until(lambda: False)
+    assert info.value.code == ErrorCode.INVALID_REGULAR_EXPRESSION
+    assert a.state is MemberState.FATAL
+    assert events == [
+        ("assigned", [0, 1]),
+        ("lost started", [0, 1]),
+        ("lost returned", [0, 1]),
+    ]

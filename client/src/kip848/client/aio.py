@@ -255,8 +255,10 @@ class GroupMember:
     ) -> None:
         """Leave the group: on_revoked for every owned partition (then, with auto-commit, their
         stored offsets are committed), then the leave heartbeat (epoch -1; -2 for a static
-        member unless ``leave_group`` is True). Waits up to ``timeout`` seconds, then stops
-        anyway (the coordinator expires the member after its session timeout)."""
+        member unless ``leave_group`` is True); a member that failed sends nothing but lets its
+        running on_lost return. Waits up to ``timeout`` seconds, then stops anyway (cancelling
+        a callback still running; the coordinator expires the member after its session
+        timeout)."""
         if not self._started or self._closed:
             return
         if asyncio.current_task() in self._callback_tasks:
@@ -265,11 +267,15 @@ class GroupMember:
                 "close the member after the callback (e.g. in another task)"
             )
         assert self._left is not None
-        if self._member.failure is None:
-            self._feed(lambda now: self._member.leave(now, leave_group=leave_group))
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                if self._member.failure is None:
+                    self._feed(lambda now: self._member.leave(now, leave_group=leave_group))
                     await self._left.wait()
+                # A failed member's on_lost (or an on_revoked the failure found running) has
+                # started: let it return rather than cancel it in the middle.
+                while self._callback_tasks:
+                    await asyncio.wait(set(self._callback_tasks))
         self._closed = True
         await self._stop()
 
