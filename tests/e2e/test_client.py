@@ -445,3 +445,39 @@ async def test_close_after_a_fatal_error_lets_on_lost_finish(server: ServerProce
         ("lost started", [0, 1]),
         ("lost returned", [0, 1]),
     ]
+
+
+async def test_a_callback_that_raises_cancelled_error_counts_as_returned(
+    server: ServerProcess,
+) -> None:
+    # A callback awaiting something the application cancelled (a worker task) ends with
+    # CancelledError though the member did not cancel it: for the protocol it returned, as
+    # any callback that raises. Before, the member waited for it for ever: never STABLE, and
+    # close() neither revoked nor left (the coordinator kept the member until its session
+    # expired).
+    server.create_topic("cancelled", 2)
+    events: list[tuple[str, list[int]]] = []
+
+    async def on_assigned(parts: frozenset[TopicPartition]) -> None:
+        events.append(("assigned", sorted(tp.partition for tp in parts)))
+        worker = asyncio.create_task(asyncio.sleep(10))
+        worker.cancel()  # the application stops it meanwhile
+        await worker
+
+    async def on_revoked(parts: frozenset[TopicPartition]) -> None:
+        events.append(("revoked", sorted(tp.partition for tp in parts)))
+
+    a = GroupMember(
+        server.address,
+        "cancelled-g",
+        topics=["cancelled"],
+        on_assigned=on_assigned,
+        on_revoked=on_revoked,
+    )
+    async with asyncio.timeout(20):
+        await a.start()
+        await a.wait_stable()
+        await a.close(timeout=5)
+    assert events == [("assigned", [0, 1]), ("revoked", [0, 1])]
+    assert a.state is MemberState.UNSUBSCRIBED
+    assert server.describe("cancelled-g").groups[0].members == []

@@ -771,9 +771,12 @@ class GroupMember:
                 result = fn(partitions)
                 if inspect.isawaitable(result):
                     await result
-        except asyncio.CancelledError:
-            raise
-        except Exception:
+        except (Exception, asyncio.CancelledError) as exc:
+            # A CancelledError this task was not asked for: the callback awaited something the
+            # application cancelled (a worker task). It raised, as far as the member cares.
+            task = asyncio.current_task()
+            if isinstance(exc, asyncio.CancelledError) and task is not None and task.cancelling():
+                raise  # close() cancelled the callback
             log.exception(
                 "member %s: %s raised (the partitions are treated as handled)",
                 self.member_id,
