@@ -145,23 +145,19 @@ async def test_commit_with_the_member_epoch_and_read_back(server: ServerProcess)
     await a.close()
 
 
-async def test_stale_member_epoch_is_retried_once_the_epoch_is_current(
-    server: ServerProcess, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A commit whose epoch is really stale is answered STALE_MEMBER_EPOCH for the whole
-    commit; the client retries it once the member has learned its new epoch, and it is
-    accepted then.
+async def revoking_at_a_stale_epoch(
+    server: ServerProcess, name: str, events: list[tuple[str, list[int]]]
+) -> tuple[GroupMember, asyncio.Event, bytes, dict[int, TopicPartition], int]:
+    """Member ``a`` of group ``{name}-g`` (topic ``name``, 2 partitions) revoking one of its
+    partitions at epoch 1 — on_revoked waits for the returned event — while the coordinator has
+    moved it to epoch 2 without it: a commit of either partition at epoch 1 is stale.
 
     Stale by KIP-1251's rule (accepted only if every partition committed was assigned to the
-    member at or before the commit's epoch): the member is revoking a partition — on_revoked
-    still runs, so the client still owns it at epoch 1 — when the coordinator sees the
-    revocation acknowledged (by a heartbeat on the member's behalf, as a zombie copy of it
-    would send) and moves the member to epoch 2 without it. The member's commit at epoch 1 of
-    that partition is refused, its other partition with it. Once on_revoked returns, the
-    member's own acknowledgement takes it to epoch 3, where the target has given the partition
-    back (assigned at epoch 3), and the retried commit passes. (An older epoch alone is not
-    stale: commits of partitions owned since then are accepted, test_offsets.)"""
-    topic_id = server.create_topic("stale", 2)
+    member at or before the commit's epoch): the coordinator sees the revocation acknowledged
+    (by a heartbeat on the member's behalf, as a zombie copy of it would send) while on_revoked
+    still runs. Returns (a, release, the topic id, a's partitions by index, the one revoked);
+    ``events`` gets a's callbacks."""
+    topic_id = server.create_topic(name, 2)
     # Long heartbeat intervals in this group, and no push: the member heartbeats only when the
     # test has it.
     configs = {"consumer.heartbeat.interval.ms": "10000", "consumer.session.timeout.ms": "30000"}
@@ -170,12 +166,12 @@ async def test_stale_member_epoch_is_retried_once_the_epoch_is_current(
             resources=[
                 admin_pb2.IncrementalAlterConfigsRequest.Resource(
                     resource_type=16,
-                    resource_name="stale-g",
+                    resource_name=f"{name}-g",
                     configs=[
                         admin_pb2.IncrementalAlterConfigsRequest.AlterableConfig(
-                            name=name, config_operation=0, value=value
+                            name=key, config_operation=0, value=value
                         )
-                        for name, value in configs.items()
+                        for key, value in configs.items()
                     ],
                 )
             ]
@@ -184,51 +180,73 @@ async def test_stale_member_epoch_is_retried_once_the_epoch_is_current(
     )
     assert [x.error_code for x in r.responses] == [0], r
     revoking, release = asyncio.Event(), asyncio.Event()
-    revoked: list[int] = []
 
     async def on_revoked(parts: frozenset[TopicPartition]) -> None:
-        revoked.extend(tp.partition for tp in parts)
+        events.append(("revoked", sorted(tp.partition for tp in parts)))
         revoking.set()
         await release.wait()
 
-    a = GroupMember(server.address, "stale-g", topics=["stale"], on_revoked=on_revoked, push=False)
+    async def on_lost(parts: frozenset[TopicPartition]) -> None:
+        events.append(("lost", sorted(tp.partition for tp in parts)))
+
+    a = GroupMember(
+        server.address,
+        f"{name}-g",
+        topics=[name],
+        on_revoked=on_revoked,
+        on_lost=on_lost,
+        push=False,
+    )
+    await a.start()
+    await a.wait_stable()
+    await a.wait_until(lambda: not a.sans_io.heartbeat_in_flight)  # acknowledged
+    assert (a.member_epoch, owned(a)) == (1, [0, 1])
+    # Another member joins (epoch 2): a's next heartbeat revokes one partition from a.
+    joined = server.heartbeat(
+        group_id=f"{name}-g",
+        member_id="other",
+        member_epoch=0,
+        rebalance_timeout_ms=30000,
+        subscribed_topic_names=common_pb2.TopicNames(names=[name]),
+        topic_partitions=common_pb2.TopicPartitionsList(),
+    )
+    assert (joined.error_code, joined.member_epoch) == (0, 2)
+    await a.update_subscription([name])  # a heartbeat now
+    await revoking.wait()
+    await a.wait_until(lambda: not a.sans_io.heartbeat_in_flight)
+    [(_kind, [given])] = events
+    kept = 1 - given
+    assert (a.member_epoch, owned(a)) == (1, [0, 1])  # still revoking `given`
+    # The revocation acknowledged on a's behalf: the coordinator moves a to epoch 2 with `kept`.
+    acked = server.heartbeat(
+        group_id=f"{name}-g",
+        member_id=a.member_id,
+        member_epoch=1,
+        topic_partitions=common_pb2.TopicPartitionsList(
+            items=[common_pb2.TopicPartitions(topic_id=topic_id, partitions=[kept])]
+        ),
+    )
+    assert (acked.error_code, acked.member_epoch) == (0, 2)
+    return a, release, topic_id, {tp.partition: tp for tp in a.assignment}, given
+
+
+async def test_stale_member_epoch_is_retried_once_the_epoch_is_current(
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commit whose epoch is really stale (revoking_at_a_stale_epoch) is answered
+    STALE_MEMBER_EPOCH for the whole commit; the client retries it once the member has learned
+    its new epoch, and it is accepted then: once on_revoked returns, the member's own
+    acknowledgement takes it to epoch 3, where the target has given the partition back
+    (assigned at epoch 3), and the retried commit passes. (An older epoch alone is not stale:
+    commits of partitions owned since then are accepted, test_offsets.)"""
+    events: list[tuple[str, list[int]]] = []
     async with asyncio.timeout(20):
-        await a.start()
-        await a.wait_stable()
-        await a.wait_until(lambda: not a.sans_io.heartbeat_in_flight)  # acknowledged
-        assert (a.member_epoch, owned(a)) == (1, [0, 1])
-        # Another member joins (epoch 2): a's next heartbeat revokes one partition from a.
-        joined = server.heartbeat(
-            group_id="stale-g",
-            member_id="other",
-            member_epoch=0,
-            rebalance_timeout_ms=30000,
-            subscribed_topic_names=common_pb2.TopicNames(names=["stale"]),
-            topic_partitions=common_pb2.TopicPartitionsList(),
-        )
-        assert (joined.error_code, joined.member_epoch) == (0, 2)
-        await a.update_subscription(["stale"])  # a heartbeat now
-        await revoking.wait()
-        await a.wait_until(lambda: not a.sans_io.heartbeat_in_flight)
-        [given] = revoked
+        a, release, _topic_id, tps, given = await revoking_at_a_stale_epoch(server, "stale", events)
         kept = 1 - given
-        assert (a.member_epoch, owned(a)) == (1, [0, 1])  # still revoking `given`
-        # The revocation acknowledged on a's behalf (a zombie copy of a would do this): the
-        # coordinator moves a to epoch 2 with `kept` only.
-        acked = server.heartbeat(
-            group_id="stale-g",
-            member_id=a.member_id,
-            member_epoch=1,
-            topic_partitions=common_pb2.TopicPartitionsList(
-                items=[common_pb2.TopicPartitions(topic_id=topic_id, partitions=[kept])]
-            ),
-        )
-        assert (acked.error_code, acked.member_epoch) == (0, 2)
         # The other member leaves (epoch 3): the target gives `given` back to a.
         left = server.heartbeat(group_id="stale-g", member_id="other", member_epoch=-1)
         assert left.error_code == 0
         caplog.set_level(logging.INFO, logger="kip848.client")
-        tps = {tp.partition: tp for tp in a.assignment}
         commit = asyncio.ensure_future(a.commit({tps[kept]: 4, tps[given]: 5}))
         while "STALE_MEMBER_EPOCH at epoch 1" not in caplog.text:
             assert not commit.done(), "the commit at epoch 1 was not answered STALE_MEMBER_EPOCH"
@@ -238,6 +256,42 @@ async def test_stale_member_epoch_is_retried_once_the_epoch_is_current(
         assert a.member_epoch == 3
         assert await a.committed([tps[kept], tps[given]]) == {tps[kept]: 4, tps[given]: 5}
     await a.close()
+
+
+async def test_a_commit_waiting_for_a_new_epoch_raises_commit_failed_when_the_member_fails(
+    server: ServerProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A commit answered STALE_MEMBER_EPOCH waits for the member's next epoch; the member fails
+    meanwhile (a fatal heartbeat error): the commit raises CommitFailedError naming each
+    partition's STALE_MEMBER_EPOCH, as documented (an on_revoked committing its offsets, or
+    auto-commit after it, expects nothing else), and every partition still ends with exactly
+    one callback."""
+    events: list[tuple[str, list[int]]] = []
+    async with asyncio.timeout(20):
+        a, release, _topic_id, tps, given = await revoking_at_a_stale_epoch(
+            server, "stalefail", events
+        )
+        kept = 1 - given
+        caplog.set_level(logging.INFO, logger="kip848.client")
+        commit = asyncio.ensure_future(a.commit({tps[kept]: 4, tps[given]: 5}))
+        while "STALE_MEMBER_EPOCH at epoch 1" not in caplog.text:
+            assert not commit.done(), "the commit at epoch 1 was not answered STALE_MEMBER_EPOCH"
+            await asyncio.sleep(0.01)
+        # Fatal: a topic name over group.coordinator.identifier.max.bytes (1,024) is refused
+        # before anything else (an invalid regex would be checked after the member's epoch).
+        await a.update_subscription(["x" * 2_000])
+        with pytest.raises(CommitFailedError) as info:
+            await commit
+        assert info.value.errors == {
+            tps[kept]: ErrorCode.STALE_MEMBER_EPOCH,
+            tps[given]: ErrorCode.STALE_MEMBER_EPOCH,
+        }
+        assert a.failure is not None
+        assert a.failure.code == ErrorCode.INVALID_REQUEST
+        release.set()
+        await a.close()
+    # `given` ended with its on_revoked, `kept` with on_lost once on_revoked returned.
+    assert events == [("revoked", [given]), ("lost", [kept])]
 
 
 async def test_a_fenced_member_calls_on_lost_and_rejoins_with_the_same_id(
