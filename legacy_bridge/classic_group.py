@@ -16,6 +16,10 @@ A record that completes a rebalance also says how it came about (``rebalance``, 
 group entered PreparingRebalance and CompletingRebalance, what started it, who was removed and
 why), so the journal alone tells each classic rebalance's phases and causes (docs/analytics.md).
 The group gathers it while the rebalance runs (:class:`RebalanceDraft`, through the undo log).
+
+A record must fit the offsets topic's largest message, as Kafka's (``message.max.bytes``;
+:func:`group_metadata_size`, :func:`record_size_error`): a larger one fails as Kafka's append
+fails with MESSAGE_TOO_LARGE, answered UNKNOWN_SERVER_ERROR (docs/legacy_bridge.md).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass, replace
 from enum import Enum, StrEnum
 
 from coordinator.core import records as r
-from coordinator.core.errors import IllegalStateError
+from coordinator.core.errors import IllegalStateError, UnknownServerError
 from coordinator.core.timeline import TDict, UndoLog
 
 from .messages import Protocols
@@ -389,3 +393,51 @@ class ClassicGroup:
     def snapshot(self) -> dict[str, object]:
         """What replay determines: the last durable record (the join/sync phases are transient)."""
         return {"classic": self.durable}
+
+
+# A record batch's header (61 bytes) and one record's framing in it at its longest (its
+# length, attributes, timestamp and offset deltas, key and value lengths, header count).
+_BATCH_OVERHEAD = 61 + 5 + 1 + 10 + 5 + 5 + 5 + 5
+
+
+def _string(s: str | None) -> int:
+    return 2 + (0 if s is None else len(s.encode()))
+
+
+def group_metadata_size(group_id: str, value: r.GroupMetadataValue) -> int:
+    """The size of a classic group's record as Kafka appends it, alone in its batch: the
+    batch's overhead, the GroupMetadata key (version 2) and the value in its version 3
+    encoding (strings with an INT16 length, bytes with an INT32 one). Our trailing
+    ``rebalance`` field is not Kafka's and is not counted."""
+    key = 2 + _string(group_id)
+    members = sum(
+        _string(x.member_id)
+        + _string(x.group_instance_id)
+        + _string(x.client_id)
+        + _string(x.client_host)
+        + 4  # rebalance timeout
+        + 4  # session timeout
+        + 4
+        + len(x.subscription)
+        + 4
+        + len(x.assignment)
+        for x in value.members
+    )
+    # version, protocol type, generation, protocol, leader, state timestamp, member count
+    head = 2 + _string(value.protocol_type) + 4 + _string(value.protocol) + _string(value.leader)
+    return _BATCH_OVERHEAD + key + head + 8 + 4 + members
+
+
+def record_size_error(
+    group_id: str, value: r.GroupMetadataValue, limit: int
+) -> UnknownServerError | None:
+    """What Kafka answers when the append of a record larger than ``limit``
+    (``message.max.bytes``) fails with MESSAGE_TOO_LARGE: UNKNOWN_SERVER_ERROR
+    (``appendGroupMetadataErrorToResponseError``); None if the record fits."""
+    size = group_metadata_size(group_id, value)
+    if size <= limit:
+        return None
+    return UnknownServerError(
+        f"The GroupMetadata record of group {group_id} would be {size} bytes, larger than "
+        f"message.max.bytes ({limit}): MESSAGE_TOO_LARGE."
+    )

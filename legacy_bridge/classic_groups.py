@@ -55,6 +55,7 @@ from .classic_group import (
     ClassicMember,
     RebalanceCause,
     RemovalCause,
+    record_size_error,
 )
 from .classic_join import ClassicJoins, join_response
 from .classic_members import ClassicMembers
@@ -451,6 +452,13 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
             assignments = dict(req.assignments)
             for x in list(group.members.values()):
                 group.put_member(replace(x, assignment=assignments.get(x.member_id, b"")))
+            too_large = record_size_error(
+                gid, group.to_record_value(), self._ctx.config.message_max_bytes
+            )
+            if too_large is not None:
+                # Kafka's append of the record fails (MESSAGE_TOO_LARGE): as a failed write.
+                self._fail_assignment(result, group, too_large, now_ms)
+                return self.finish(result, token)
             group.transition(S.STABLE, now_ms)
             self._ctx.emit(result, r.classic_group_record(gid, group.to_record_value()))
             # Stable at once (the members' answers wait for the record to be durable); should
@@ -499,7 +507,16 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
             or (group.state is S.STABLE and group.assignment_write == token)
         ):
             return result
+        self._fail_assignment(result, group, error, now_ms)
+        return result
+
+    def _fail_assignment(
+        self, result: Result[Any], group: ClassicGroup, error: CoordinatorError, now_ms: int
+    ) -> None:
+        """Kafka's resetAndPropagateAssignmentWithError, then a rebalance: the members waiting
+        in SyncGroup get ``error`` (their session restarts), every assignment is emptied."""
         gid = group.group_id
+        generation = group.generation
         for x in list(group.members.values()):
             if x.sync_token is not None:
                 result.completions.append(
@@ -517,7 +534,6 @@ class ClassicGroups(ByGroupId[ClassicGroup]):
             f" from leader {group.leader_id}",
             RebalanceCause.ASSIGNMENT_NOT_STORED,
         )
-        return result
 
     @staticmethod
     def _sync_response(group: ClassicGroup, member: ClassicMember) -> m.SyncGroupResponse:

@@ -33,6 +33,7 @@ from .classic_group import (
     ClassicMember,
     RebalanceCause,
     RemovalCause,
+    record_size_error,
 )
 from .common import (
     CLASSIC_PENDING,
@@ -343,8 +344,13 @@ class ClassicJoins:
         if group.state is S.STABLE and group.select_protocol() == group.protocol_name:
             # KIP-345: the same static member is back; no rebalance while the group's protocol
             # stays (its metadata may differ: a returning leader sees it in the member list,
-            # KIP-814). Persist the new id and the member's protocols.
-            self._ctx.emit(result, r.classic_group_record(gid, group.to_record_value()))
+            # KIP-814). Persist the new id and the member's protocols; a record too large
+            # fails as Kafka's write does, undoing the replacement (the handler's rollback).
+            value = group.to_record_value()
+            too_large = record_size_error(gid, value, self._ctx.config.message_max_bytes)
+            if too_large is not None:
+                raise too_large
+            self._ctx.emit(result, r.classic_group_record(gid, value))
             result.response = self._restarted(group, new, leader, req)
             return result
         group.note_removal(old.member_id, RemovalCause.STATIC_MEMBER_REPLACED, now_ms)

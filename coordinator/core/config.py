@@ -76,6 +76,11 @@ class GroupCoordinatorConfig:
     classic_max_session_timeout_ms: int = 1_800_000
     classic_initial_rebalance_delay_ms: int = 3_000
     classic_max_size: int = INT_MAX
+    message_max_bytes: int = 1_048_588
+    """Kafka's ``message.max.bytes`` (the offsets topic's ``max.message.bytes``): the largest
+    record batch, which a classic group's GroupMetadata record must fit
+    (``legacy_bridge/classic_group.py``); a larger one fails as Kafka's append fails with
+    MESSAGE_TOO_LARGE, answered UNKNOWN_SERVER_ERROR."""
     offsets_topic_partitions: int = 50
     """Kafka's ``offsets.topic.num.partitions``: how many coordinator partitions groups are
     hashed onto (``coordinator/routing.py``), each its own log in the store and its own state
@@ -195,6 +200,7 @@ CONFIG_SPECS: dict[str, _Spec] = {
     "group.max.session.timeout.ms": ("classic_max_session_timeout_ms", _int, 0, None),
     "group.initial.rebalance.delay.ms": ("classic_initial_rebalance_delay_ms", _int, 0, None),
     "group.max.size": ("classic_max_size", _int, 1, INT_MAX),
+    "message.max.bytes": ("message_max_bytes", _int, 1, INT_MAX),
     "offsets.topic.num.partitions": ("offsets_topic_partitions", _int, 1, 1024),
     "group.coordinator.shards": ("offsets_topic_partitions", _int, 1, 1024),
     "num.partitions": ("num_partitions", _int, 1, 1_000_000),

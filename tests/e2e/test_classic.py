@@ -692,3 +692,57 @@ def test_a_static_consumer_member_replaces_its_classic_incarnation_at_once(
     assert (rejoin.error_code, rejoin.error_message) == (82, fenced)
     # B, still classic, is told to rejoin for the new target.
     assert c.heartbeat(b, 1) == pb.HeartbeatResponse(error_code=27, error_message=REBALANCE)
+
+
+def test_a_sync_whose_record_is_too_large_fails_and_the_group_recovers(
+    manual_server: ServerProcess,
+) -> None:
+    """The leader's SyncGroup gives B an assignment of 1.1 MB: the group's GroupMetadata record
+    would be larger than ``message.max.bytes`` (1048588 by default), so it fails as Kafka's
+    append does (MESSAGE_TOO_LARGE, answered UNKNOWN_SERVER_ERROR to the leader and to the
+    follower waiting), nothing of it is kept and the group rebalances; the next generation,
+    with assignments that fit, is Stable (docs/legacy_bridge.md, "A GroupMetadata record too
+    large")."""
+    s = manual_server
+    s.create_topic("cl-big", 2)
+    c = Classic(s, "g-cl-big", ["cl-big"])
+    a, b, pa, pb_ = c.form(2)
+    fa, fb = c.join_future(a, "a"), c.join_future(b, "b")
+    common = {"protocol_type": "consumer", "protocol_name": "range", "leader": a}
+    assert fa.result(timeout=WAIT_S).generation_id == 2
+    assert fb.result(timeout=WAIT_S) == J(**common, generation_id=2, member_id=b)  # type: ignore[arg-type]
+    follower = c.stub.SyncGroup.future(c.sync_request(b, 2), timeout=WAIT_S)
+    time.sleep(0.1)  # the follower waits for the leader (parked)
+    huge = KAssignment(
+        version=3,
+        assigned_partitions=[KAssignment.TopicPartition(topic="cl-big", partitions=[1])],
+        user_data=b"u" * 1_100_000,
+    ).encode(version=3)
+    failed = pb.SyncGroupResponse(
+        error_code=-1,
+        error_message="The GroupMetadata record of group g-cl-big would be 1100478 bytes,"
+        " larger than message.max.bytes (1048588): MESSAGE_TOO_LARGE.",
+    )
+    assert c.sync(a, 2, {a: k_assignment(pa), b: huge}) == failed
+    assert follower.result(timeout=WAIT_S) == failed
+    described = c.describe()
+    assert (described.group_state, described.generation_id) == ("PreparingRebalance", 2)
+    assert [(x.member_id, x.member_assignment) for x in described.members] == [(a, b""), (b, b"")]
+    fa, fb = c.join_future(a, "a"), c.join_future(b, "b")
+    assert fa.result(timeout=WAIT_S).generation_id == 3
+    assert fb.result(timeout=WAIT_S) == J(**common, generation_id=3, member_id=b)  # type: ignore[arg-type]
+    follower = c.stub.SyncGroup.future(c.sync_request(b, 3), timeout=WAIT_S)
+    time.sleep(0.1)
+    plan = {a: k_assignment(pa), b: k_assignment(pb_)}
+    assert c.sync(a, 3, plan) == pb.SyncGroupResponse(
+        protocol_type="consumer", protocol_name="range", assignment=plan[a]
+    )
+    assert follower.result(timeout=WAIT_S) == pb.SyncGroupResponse(
+        protocol_type="consumer", protocol_name="range", assignment=plan[b]
+    )
+    described = c.describe()
+    assert (described.group_state, described.generation_id) == ("Stable", 3)
+    assert [(x.member_id, x.member_assignment) for x in described.members] == [
+        (a, plan[a]),
+        (b, plan[b]),
+    ]

@@ -42,6 +42,7 @@ KAFKA_DEFAULTS = {
     "group.max.session.timeout.ms": "1800000",
     "group.initial.rebalance.delay.ms": "3000",
     "group.max.size": str(2**31 - 1),
+    "message.max.bytes": "1048588",
 }
 
 
