@@ -1,8 +1,9 @@
 """What each constructor and call raises, as docs/client.md ("Errors each call can raise") says.
 
 No coordinator is needed: a member pointed at an address where nothing listens shows the
-retrying calls bounded by the caller's own timeout, and a bare gRPC server answering
-OffsetFetch with GROUP_AUTHORIZATION_FAILED shows the in-band error of ``committed``.
+retrying calls bounded by the caller's own timeout, and bare gRPC servers answering
+OffsetFetch or ConsumerGroupHeartbeat with GROUP_AUTHORIZATION_FAILED show the in-band error
+of ``committed`` and a failed member.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from kip848.client import (
     MemberFailedError,
     TopicPartition,
 )
-from kip848.v1 import offsets_pb2, offsets_pb2_grpc
+from kip848.client.member import Subscription
+from kip848.v1 import consumer_group_pb2, consumer_group_pb2_grpc, offsets_pb2, offsets_pb2_grpc
 
 TP = TopicPartition("orders", 0)
 FAST = {"retry_backoff_ms": 20, "retry_backoff_max_ms": 50, "request_timeout_ms": 200}
@@ -157,6 +159,60 @@ def test_committed_raises_the_coordinators_in_band_error() -> None:
             await server.stop(None)
 
     asyncio.run(story())
+
+
+class RefusingGroup(consumer_group_pb2_grpc.ConsumerGroupServiceServicer):
+    """ConsumerGroupHeartbeat answered GROUP_AUTHORIZATION_FAILED: the member fails."""
+
+    async def ConsumerGroupHeartbeat(self, request: Any, context: Any) -> Any:
+        return consumer_group_pb2.ConsumerGroupHeartbeatResponse(
+            error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message="Not authorized."
+        )
+
+
+def test_update_subscription_refuses_what_it_cannot_do(nowhere: str) -> None:
+    async def story() -> None:
+        member = GroupMember(nowhere, "g", topics=["orders"], **FAST)
+        with pytest.raises(TypeError, match="not one string"):
+            await member.update_subscription("refunds")  # not r, e, f, u, n, d and s
+        with pytest.raises(ValueError, match="subscribe to topics, a pattern, or both"):
+            await member.update_subscription()
+        await member.update_subscription(["orders", "refunds"])  # before start: the join's
+        assert member.sans_io.subscription == Subscription(topics=("orders", "refunds"))
+        await member.start()
+        await member.close(timeout=0.5)
+        with pytest.raises(RuntimeError, match="the member is closed"):
+            await member.update_subscription(["orders"])
+
+        server = grpc.aio.server()
+        consumer_group_pb2_grpc.add_ConsumerGroupServiceServicer_to_server(RefusingGroup(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        failed = GroupMember(
+            f"127.0.0.1:{port}", "g", topics=["orders"], find_coordinator=False, **FAST
+        )
+        await failed.start()
+        try:
+            with pytest.raises(MemberFailedError):
+                async with asyncio.timeout(5):
+                    await failed.wait_joined()
+            with pytest.raises(MemberFailedError) as refused:
+                await failed.update_subscription(["refunds"])
+            assert refused.value.code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+            assert failed.sans_io.subscription == Subscription(topics=("orders",))
+        finally:
+            await failed.close(timeout=0.5)
+            await server.stop(None)
+
+    asyncio.run(story())
+
+
+def test_blocking_update_subscription_refuses_one_string(nowhere: str) -> None:
+    member = BlockingGroupMember(nowhere, "g", topics=["orders"], **FAST)
+    with member, pytest.raises(TypeError, match="not one string"):
+        member.update_subscription("refunds")
+    with pytest.raises(RuntimeError, match="the member is closed"):
+        member.update_subscription(["refunds"])
 
 
 def test_tls_credentials_name_the_file_that_is_not_what_it_should_be(tmp_path: Any) -> None:

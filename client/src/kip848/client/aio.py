@@ -173,6 +173,7 @@ class GroupMember:
         self._request_timeout_s = request_timeout_ms / 1000
         self._started = False
         self._closed = False
+        self._closing = False  # close() was called
         self._driver: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._callback_tasks: set[asyncio.Task[Any]] = set()
@@ -267,6 +268,7 @@ class GroupMember:
                 "close the member after the callback (e.g. in another task)"
             )
         assert self._left is not None
+        self._closing = True
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 if self._member.failure is None:
@@ -318,8 +320,16 @@ class GroupMember:
     async def update_subscription(
         self, topics: Iterable[str] | None = None, pattern: str | None = None
     ) -> None:
-        """Subscribe to other topics / another pattern (sent with the next heartbeat, at once)."""
+        """Subscribe to other topics / another pattern (sent with the next heartbeat, at once;
+        before :meth:`start`, the join carries it). Raises :class:`MemberFailedError` once the
+        member failed, ``RuntimeError`` once :meth:`close` was called."""
+        if isinstance(topics, str):
+            raise TypeError("topics is a list of topic names, not one string")
         sub = Subscription(topics=None if topics is None else tuple(topics), pattern=pattern)
+        if self.failure is not None:
+            raise self.failure
+        if self._closing:
+            raise RuntimeError("the member is closed")
         self._feed(lambda now: self._member.update_subscription(sub, now))
 
     # ------------------------------------------------------------------ offsets

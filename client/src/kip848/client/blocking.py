@@ -53,8 +53,9 @@ class BlockingGroupMember:
             on_lost=self._wrap(on_lost),
             **options,
         )
-        self._thread.start()
         self._closed = False
+        self._stopped = False  # close() stopped the event loop
+        self._thread.start()
 
     def _wrap(self, fn: SyncCallback | None) -> Callable[[frozenset[TopicPartition]], Any] | None:
         if fn is None:
@@ -69,6 +70,9 @@ class BlockingGroupMember:
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("blocking call from the member's own event loop")
+        if self._stopped:
+            coro.close()
+            raise RuntimeError("the member is closed")
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result(timeout)
@@ -132,6 +136,7 @@ class BlockingGroupMember:
         try:
             self._run(self._member.close(leave_group=leave_group, timeout=timeout), timeout + 5)
         finally:
+            self._stopped = True
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
             self._callbacks.shutdown(wait=False)
