@@ -642,6 +642,20 @@ def test_subscription_change_is_sent_at_once_and_clears_a_regex() -> None:
     assert plain.request == hb(2)
 
 
+def test_a_subscription_changed_while_the_join_is_in_flight_is_sent_once_it_is_answered() -> None:
+    m = new()
+    m.join(0)
+    [join] = m.coordinator_found(1, 0)
+    assert join.request == join_request(m)
+    sub = Subscription(topics=("orders", "audit"))
+    assert m.update_subscription(sub, 1) == []  # one heartbeat in flight
+    [change] = m.heartbeat_response(join.seq, ok(1, {}), 2)
+    assert change.request == hb(1, subscribed_topic_names=("orders", "audit"))
+    assert m.heartbeat_response(change.seq, ok(2, {}), 3) == []
+    [plain] = m.tick(2 + INTERVAL)
+    assert plain.request == hb(2)
+
+
 def test_server_assignor_change_is_sent_once() -> None:
     m, _ = joined()
     [send] = m.update_server_assignor("range", 1)

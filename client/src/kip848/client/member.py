@@ -19,8 +19,8 @@ Member states (Kafka's ``MemberState``; legal previous states in :data:`LEGAL_PR
 Rules (KIP-848 "Consumer Group Heartbeat", "Reconciliation"; Kafka's membership manager):
 
 * Heartbeats: at most one in flight; the next is due ``heartbeat_interval_ms`` (the
-  coordinator's) after the previous was sent, or at once when joining, acknowledging, leaving
-  or told to by a push. A join is *full* (every field; ``topic_partitions`` present and empty).
+  coordinator's) after the previous was sent, or at once when joining, acknowledging, leaving,
+  changing the subscription or told to by a push. A join is *full* (every field; ``topic_partitions`` present and empty).
   Later heartbeats send only what changed since the last one sent (owned partitions by topic
   id, subscription, server assignor), except after any failure (error, transport failure,
   timeout): the next heartbeat is full again.
@@ -480,7 +480,8 @@ class Member:
         return self._drain(now_ms)
 
     def update_subscription(self, subscription: Subscription, now_ms: int) -> list[Action]:
-        """A new subscription; a member in the group sends it at once."""
+        """A new subscription; a member in the group sends it at once, a joining one as soon as
+        its join is answered (the join carries the subscription it was sent with)."""
         if self.state in (S.PREPARE_LEAVING, S.LEAVING, S.FATAL):
             raise LocalProtocolError(f"update_subscription() in state {self.state.name}")
         self.subscription = subscription
@@ -642,7 +643,10 @@ class Member:
         urgent = (
             self.state in (S.JOINING, S.LEAVING)
             or self._heartbeat_now
-            or (self.state in IN_GROUP and self.owned != self._sent_owned)
+            or (
+                self.state in IN_GROUP
+                and (self.owned != self._sent_owned or self.subscription != self._sent_subscription)
+            )
         )
         due = self._backoff_until_ms
         if urgent or self._last_sent_ms is None:
