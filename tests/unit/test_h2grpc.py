@@ -1024,6 +1024,32 @@ async def test_a_connection_holds_a_bounded_number_of_streams_that_send_nothing(
         await server.stop(None)
 
 
+async def read_giving_windows_back(conn: RawConnection, streams: list[int]) -> None:
+    """A client that opens its flow-control windows only by what it has read: it gives back
+    what came, then reads what that lets through, until every one of ``streams`` is answered
+    (at most 1,000 rounds: the caller's assertions say what is missing)."""
+    given: dict[int, int] = {}
+
+    def received() -> int:
+        return sum(len(a.data) for a in conn.answers.values())
+
+    for _ in range(1000):
+        for stream_id, got in conn.answers.items():
+            if len(got.data) > given.get(stream_id, 0):
+                try:
+                    conn.h2.acknowledge_received_data(
+                        len(got.data) - given.get(stream_id, 0), stream_id
+                    )
+                except (NGH2Error, ValueError):
+                    pass  # closed meanwhile
+                given[stream_id] = len(got.data)
+        conn.flush()
+        before = received()
+        if conn.answered(*streams):
+            return
+        await conn.until(lambda b=before: received() > b, 5)
+
+
 async def test_a_client_that_keeps_its_windows_shut_gets_no_more_answers_until_it_opens_them() -> (
     None
 ):
@@ -1044,22 +1070,6 @@ async def test_a_client_that_keeps_its_windows_shut_gets_no_more_answers_until_i
     server, port = await serving("Big", big)
     conn = await RawConnection.open(port, auto_window_update=False)
     other = await RawConnection.open(port)
-    given: dict[int, int] = {}
-
-    def received() -> int:
-        return sum(len(a.data) for a in conn.answers.values())
-
-    def give_back() -> None:
-        for stream_id, got in conn.answers.items():
-            if len(got.data) > given.get(stream_id, 0):
-                try:
-                    conn.h2.acknowledge_received_data(
-                        len(got.data) - given.get(stream_id, 0), stream_id
-                    )
-                except (NGH2Error, ValueError):
-                    pass  # closed meanwhile
-                given[stream_id] = len(got.data)
-        conn.flush()
 
     try:
         streams = [
@@ -1074,12 +1084,7 @@ async def test_a_client_that_keeps_its_windows_shut_gets_no_more_answers_until_i
         served = other.request(f"/{SERVICE}/Echo", grpc_frame(b"ok"))
         assert await other.until(lambda: other.answered(served), 5)
         assert other.answers[served].outcome == (b"0", b"")
-        for _ in range(1000):  # give back what came, read what that lets through
-            give_back()
-            before = sum(given.values())
-            if conn.answered(*streams):
-                break
-            await conn.until(lambda b=before: received() > b, 5)
+        await read_giving_windows_back(conn, streams)
         assert [(conn.answers[s].outcome, conn.answers[s].data) for s in streams] == [
             ((b"0", b""), grpc_frame(answer))
         ] * 100
@@ -1110,22 +1115,6 @@ async def test_a_client_that_keeps_its_windows_shut_gets_a_bounded_number_of_sma
 
     server, port = await serving("Small", small, max_bytes=16 << 20)
     conn = await RawConnection.open(port, auto_window_update=False)
-    given: dict[int, int] = {}
-
-    def received() -> int:
-        return sum(len(a.data) for a in conn.answers.values())
-
-    def give_back() -> None:
-        for stream_id, got in conn.answers.items():
-            if len(got.data) > given.get(stream_id, 0):
-                try:
-                    conn.h2.acknowledge_received_data(
-                        len(got.data) - given.get(stream_id, 0), stream_id
-                    )
-                except (NGH2Error, ValueError):
-                    pass  # closed meanwhile
-                given[stream_id] = len(got.data)
-        conn.flush()
 
     try:
         streams = [
@@ -1136,12 +1125,7 @@ async def test_a_client_that_keeps_its_windows_shut_gets_a_bounded_number_of_sma
         await conn.until(lambda: False, 1.0)
         through = 65_535 // len(grpc_frame(answer))  # what the connection's window let out
         assert through + HELD_ANSWERS < len(ran) <= through + HELD_ANSWERS + 64, len(ran)
-        for _ in range(1000):  # give back what came, read what that lets through
-            give_back()
-            before = received()
-            if conn.answered(*streams):
-                break
-            await conn.until(lambda b=before: received() > b, 5)
+        await read_giving_windows_back(conn, streams)
         assert [(conn.answers[s].outcome, conn.answers[s].data) for s in streams] == [
             ((b"0", b""), grpc_frame(answer))
         ] * 3000
