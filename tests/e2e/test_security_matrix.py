@@ -41,6 +41,7 @@ from coordinator.security.authorizer import AuthorizerConfig
 from coordinator.security.principal import KafkaPrincipal, user
 from coordinator.server import services
 from coordinator.server.app import CoordinatorServer, ServeOptions
+from coordinator.server.kafka import wire
 from coordinator.server.security_config import KafkaEndpoint, OAuthSettings, Security
 from kip848.v1 import (
     admin_pb2,
@@ -1834,3 +1835,22 @@ def test_offset_fetch_v1_refused_says_so_on_every_partition(world: World) -> Non
         "bob": [("orders", [(0, -1, "", GROUP_AUTH), (1, -1, "", GROUP_AUTH)])],
         "alice": [("orders", [(0, 7, "", 0), (1, 9, "", 0)])],
     }
+
+
+def test_a_refused_describe_user_scram_credentials_names_each_user_asked(world: World) -> None:
+    """KafkaApis refuses DescribeUserScramCredentials (no DESCRIBE on the cluster) with the
+    request's error response: CLUSTER_AUTHORIZATION_FAILED at the top and one result per user
+    asked, each with the same error and no name (DescribeUserScramCredentialsRequest
+    .getErrorResponse). Before, the results were empty. Asked for every user (null), none."""
+    client = world.coordinator.kafka_client(user("bob"))
+    try:
+        named: Any = client.call(request(50, 0, users=[{"name": "alice"}, {"name": "carol"}]))
+        every: Any = client.call(request(50, 0, users=None))
+    finally:
+        client.close()
+    message = "Cluster authorization failed."
+    refused = {"error_code": CLUSTER_AUTH, "error_message": message}
+    assert named == wire.build(
+        wire.response_class(50, 0), **refused, results=[{"user": "", **refused}] * 2
+    )
+    assert every == wire.build(wire.response_class(50, 0), **refused, results=[])

@@ -562,6 +562,17 @@ def describe_users_out(reply: Reply[list[UserResult]], _version: int) -> dict[st
     }
 
 
+def describe_users_errors(values: dict[str, Any], req: Any) -> None:
+    """A refused DescribeUserScramCredentials (a top-level error) has one result per user
+    asked, each with that error and no name, as Kafka's request error response
+    (``DescribeUserScramCredentialsRequest.getErrorResponse``). ``values``:
+    :func:`describe_users_out`'s (changed in place)."""
+    code = values["error_code"]
+    if code and req.users:
+        error = {"user": "", "error_code": code, "error_message": values["error_message"]}
+        values["results"] = [error] * len(req.users)
+
+
 def alter_users_in(req: Any, _caller: Caller) -> AlterScramCredentials:
     return codec.scram_alterations(req.deletions, req.upsertions)
 

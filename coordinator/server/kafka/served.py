@@ -308,6 +308,8 @@ class KafkaApis:
             values = row.encode(answer, version)
         if key == apis.OFFSET_FETCH and version < 2:  # no group error field
             convert.offset_fetch_v1_errors(values, entity)
+        elif key == apis.DESCRIBE_USER_SCRAM_CREDENTIALS:
+            convert.describe_users_errors(values, entity)
         if getattr(entity, "include_authorized_operations", False):
             self._group_operations(values, caller)
         body = wire.build(wire.response_class(key, version), values)
