@@ -237,3 +237,23 @@ def test_tls_credentials_name_the_file_that_is_not_what_it_should_be(tmp_path: A
     with pytest.raises(FileNotFoundError):
         tls_credentials(str(tmp_path / "missing.pem"))
     assert isinstance(tls_credentials(), grpc.ChannelCredentials)  # the system's CAs
+
+
+def test_a_blocking_member_refused_at_construction_leaves_nothing_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """BlockingGroupMember makes its event loop and callback thread before the member checks
+    its arguments: when that check refuses them (ValueError), both are closed again. Before,
+    the loop was left open (a ResourceWarning at collection) and the executor too."""
+    made: list[asyncio.AbstractEventLoop] = []
+    new_loop = asyncio.new_event_loop
+
+    def recorded() -> asyncio.AbstractEventLoop:
+        loop = new_loop()
+        made.append(loop)
+        return loop
+
+    monkeypatch.setattr(asyncio, "new_event_loop", recorded)
+    with pytest.raises(ValueError, match="group_id must not be empty"):
+        BlockingGroupMember("127.0.0.1:9", "", topics=["orders"])
+    assert [loop.is_closed() for loop in made] == [True]

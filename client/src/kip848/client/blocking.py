@@ -45,14 +45,19 @@ class BlockingGroupMember:
         self._callbacks = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix=self._callback_prefix
         )
-        self._member = GroupMember(
-            target,
-            group_id,
-            on_assigned=self._wrap(on_assigned),
-            on_revoked=self._wrap(on_revoked),
-            on_lost=self._wrap(on_lost),
-            **options,
-        )
+        try:
+            self._member = GroupMember(
+                target,
+                group_id,
+                on_assigned=self._wrap(on_assigned),
+                on_revoked=self._wrap(on_revoked),
+                on_lost=self._wrap(on_lost),
+                **options,
+            )
+        except BaseException:  # its arguments refused: nothing of this one stays open
+            self._callbacks.shutdown(wait=False)
+            self._loop.close()
+            raise
         self._closed = False
         self._stopped = False  # close() stopped the event loop
         self._thread.start()
