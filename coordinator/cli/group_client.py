@@ -22,6 +22,7 @@ from coordinator.cli.rpc import (
     call,
     channel,
     nothing_done,
+    retried,
 )
 
 MOVED = (15, 16)
@@ -118,21 +119,15 @@ class GroupClient:
 
             from kip848.v1 import admin_pb2
 
-            deadline = time.monotonic() + self.args.timeout
-            pause = RETRY_FIRST_S
-            while True:  # retried while the node loads, within --timeout
-                try:
-                    resp = self.admin.DescribeCluster(
-                        admin_pb2.DescribeClusterRequest(),
-                        timeout=max(deadline - time.monotonic(), 0.001),
-                        metadata=(("client-id", "kip848-cli"),),
-                    )
-                except grpc.RpcError:
-                    return self._every
-                if resp.error_code not in UNSETTLED or time.monotonic() + pause >= deadline:
-                    break
-                time.sleep(pause)
-                pause = min(pause * 2, RETRY_MAX_S)
+            try:  # asked again while the node loads, within --timeout
+                resp = retried(
+                    self.admin.DescribeCluster,
+                    admin_pb2.DescribeClusterRequest(),
+                    self.args,
+                    UNSETTLED,
+                )
+            except grpc.RpcError:
+                return self._every
             if resp.error_code in UNSETTLED:  # not this node's groups alone, as if all
                 report("describe cluster", resp.error_code, resp.error_message)
                 raise CommandFailed

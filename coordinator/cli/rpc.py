@@ -177,18 +177,25 @@ def call(fn: Any, request: Any, args: argparse.Namespace) -> Any:
     """One RPC, retried while the coordinator is loading, within ``--timeout`` in all."""
     import grpc
 
+    try:
+        return retried(fn, request, args)
+    except grpc.RpcError as exc:
+        raise SystemExit(rpc_failed(args, exc)) from None
+
+
+def retried(
+    fn: Any, request: Any, args: argparse.Namespace, codes: tuple[int, ...] = (LOAD_IN_PROGRESS,)
+) -> Any:
+    """One RPC, asked again while its answer gives one of ``codes`` for the whole request (the
+    coordinator loading, unless told otherwise), within ``--timeout`` in all: the last answer.
+    A gRPC error is raised as it is."""
     deadline = time.monotonic() + args.timeout
     pause = RETRY_FIRST_S
     for _attempt in range(10_000):
         left = deadline - time.monotonic()
-        try:
-            response = fn(
-                request, timeout=max(left, 0.001), metadata=(("client-id", "kip848-cli"),)
-            )
-        except grpc.RpcError as exc:
-            raise SystemExit(rpc_failed(args, exc)) from None
+        response = fn(request, timeout=max(left, 0.001), metadata=(("client-id", "kip848-cli"),))
         left = deadline - time.monotonic()
-        if not nothing_done_while_loading(response) or left <= pause:
+        if not nothing_done(response, codes) or left <= pause:
             return response
         time.sleep(pause)
         pause = min(pause * 2, RETRY_MAX_S)
