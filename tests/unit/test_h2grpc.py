@@ -604,6 +604,19 @@ async def storm_on_connections(
     return storm, [b"%02d%03d" % (c, i) for c in range(connections) for i in range(calls)]
 
 
+async def serving_recorded() -> tuple[Any, int, list[bytes]]:
+    """A server whose method Mark answers each request with itself, and the list of the
+    requests its handler ran, in order."""
+    ran: list[bytes] = []
+
+    async def mark(request: bytes, context: Any) -> bytes:
+        ran.append(request)
+        return request
+
+    server, port = await serving("Mark", mark)
+    return server, port, ran
+
+
 async def test_a_burst_on_many_connections_is_read_a_bounded_part_per_loop_iteration(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -615,13 +628,7 @@ async def test_a_burst_on_many_connections_is_read_a_bounded_part_per_loop_itera
     answered, each connection's in order."""
     from coordinator.server import h2conn
 
-    order: list[bytes] = []
-
-    async def mark(request: bytes, context: Any) -> bytes:
-        order.append(request)
-        return request
-
-    server, port = await serving("Mark", mark)
+    server, port, order = await serving_recorded()
     storm, sent = await storm_on_connections(port, 20, 500)
     try:
         with LoopSteps() as iterations:
@@ -731,13 +738,7 @@ async def test_a_call_of_another_group_starts_ahead_of_a_storms_burst_on_its_con
     share one), sent at once: ``b``'s call starts in the iteration after it is read (the burst
     takes a few reads), not after the storm (as it did when a connection's calls started in
     order); the storm's calls keep their order."""
-    order: list[bytes] = []
-
-    async def mark(request: bytes, context: Any) -> bytes:
-        order.append(request)
-        return request
-
-    server, port = await serving("Mark", mark)
+    server, port, order = await serving_recorded()
     server.group_of = lambda path, request: request[:1]  # the group: the first byte
     burst = [b"a%04d" % i for i in range(3000)]
     calls = await RawCalls.open(port, "Mark", [*burst, b"b-lone"])
@@ -813,13 +814,7 @@ async def test_a_call_reset_in_the_bytes_that_brought_it_never_starts() -> None:
     split over two slices may start), the server answers none of them, and the connection's
     next call is served. (Before, a call whose request ended started at once: the first 64 of
     every loop iteration ran and were answered, the others waited their turn.)"""
-    ran: list[bytes] = []
-
-    async def mark(request: bytes, context: Any) -> bytes:
-        ran.append(request)
-        return request
-
-    server, port = await serving("Mark", mark)
+    server, port, ran = await serving_recorded()
     conn = await RawConnection.open(port)
     try:
         streams, out = [], b""
@@ -851,13 +846,7 @@ async def test_calls_reset_while_they_wait_their_turn_are_forgotten() -> None:
     (Before, every call reset kept its place until its turn came, 64 a loop iteration: the
     queue grew by the flood's rate, 9,000 here, a rapid-reset client's calls without bound.)"""
     peak = 0
-    ran: list[bytes] = []
-
-    async def mark(request: bytes, context: Any) -> bytes:
-        ran.append(request)
-        return request
-
-    server, port = await serving("Mark", mark)
+    server, port, ran = await serving_recorded()
     conn = await RawConnection.open(port)
 
     def watch() -> None:
