@@ -24,6 +24,11 @@ from assignors.api import PartitionAssignorError, TopicId, TopicMetadata
 from assignors.plan import transport
 from assignors.racks import BIT, BYTE, ONLY, RackNodes, ones_at, relevant_racks
 
+try:  # the C kernels of :func:`_deal` and :func:`_tally` (assignors/_placement.c)
+    from assignors import _placement
+except ImportError:  # (a source tree nobody built: pip builds them) the Python below, as exact
+    _placement = None  # type: ignore[assignment]
+
 __all__ = ["Indexes", "MemberRacks", "Shared", "place_ranges"]
 
 _LITTLE_ENDIAN = array("H", [1]).tobytes() == b"\x01\x00"  # arrays are in the machine's order
@@ -430,8 +435,11 @@ def _repeated(lanes: bytes, times: int) -> bytes:
 
 
 def _tally(data: bytes) -> dict[int, int]:
-    """The distinct bytes of ``data``, each with how often it occurs (C-level: a
-    ``bytes.translate`` deleting each in turn)."""
+    """The distinct bytes of ``data``, each with how often it occurs: one pass of the C kernel
+    ``_placement.tally``; the Python below (C-level: a ``bytes.translate`` deleting each
+    distinct byte in turn) is the reference it is tested against."""
+    if _placement is not None:
+        return _placement.tally(data)
     out = {}
     while data:
         left = data.translate(None, BYTE[data[0]])
@@ -478,7 +486,27 @@ def _deal(
     set) and runs of two or more, a member whose run is its current set gets that very set
     back (:func:`_kept_or_made`): in a group that a leave or a join left as it was, no set is
     made, and the garbage collector is not woken by thousands of new ones. (Runs of one index
-    are the shared one-index sets: nothing to save.)"""
+    are the shared one-index sets: nothing to save.)
+
+    With the nodes as bytes, the C kernel ``_placement.deal`` deals them (one counting pass
+    finds each node's indexes; each member's run is compared with its current set and made into
+    a set there, the same sets made the same way): 10,000 × 100,000 heterogeneous, 10 topics,
+    FULL about 40% less CPU, leaves and joins about a third less. The Python below is the
+    reference it is tested against (and what runs where it was not built)."""
+    if _placement is not None and type(node) is bytes and not isinstance(node_of, list):
+        dealt = _placement.deal(
+            node,
+            quota,
+            extra,
+            node_of,
+            stride,
+            indexes.all(),
+            indexes.ones() if quota <= 1 else None,
+            current if current is None or type(current) is list else list(current),
+        )
+        if dealt is None:
+            raise PartitionAssignorError(_UNFIT)
+        return dealt
     pools: list[Iterable[int]] = []
     counts: list[tuple[int, int]] = []  # per node: its members of quota + 1, of quota
     if isinstance(node, bytes) and isinstance(node_of, bytes | bytearray):
