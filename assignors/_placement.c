@@ -1,15 +1,22 @@
-/* assignors._placement: the C kernels of rack-aware range placement (assignors/racks_range.py).
+/* assignors._placement: the C kernels of rack-aware placement (assignors/racks_range.py,
+ * racks_uniform.py, plan.py).
  *
- * Each function computes exactly what its Python reference in racks_range.py computes (the
- * same sets, built the same way, so even their iteration order is the same); the tests compare
- * the two on random inputs (tests/unit/test_placement_native.py). Pure: no IO, no state
- * between calls.
+ * Each function computes exactly what the Python it stands in for computes (the same sets,
+ * built the same way, so even their iteration order is the same); that Python stays beside it,
+ * runs where this module was not built, and is the reference the tests compare it with on
+ * random inputs (tests/unit/test_placement_native.py). Pure: no IO, no state between calls.
  *
  *   deal(node, quota, extra, node_of, stride, indexes, ones, current) -> list | None
- *       racks_range._deal_python with `node` and `node_of` as bytes: None where a node's
- *       indexes do not fit its members (the caller raises).
+ *       racks_range._deal with `node` and `node_of` as bytes: None where a node's indexes do
+ *       not fit its members (the caller raises).
  *   tally(data) -> dict
- *       racks_range._tally_python: each distinct byte of `data` with how often it occurs.
+ *       racks_range._tally: each distinct byte of `data` with how often it occurs.
+ *   fill(members, needs, assignments, pool, out) -> int
+ *       racks_uniform._ClassSettle._fill's dealing: 0, or 1 / 2 when the pool holds too little
+ *       / too much (the caller raises).
+ *   greedy(supplies, capacities, weights, extras, extra_room, order) -> tuple | None
+ *       plan._greedy with its visiting order given: (flow, taken, best everywhere), or None
+ *       when it cannot place every unit (the caller raises).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -210,15 +217,332 @@ tally(PyObject *Py_UNUSED(module), PyObject *arg)
     return out;
 }
 
+/* fill: the members below their count (in order, with what each needs and its current
+ * assignment) take contiguous runs of the pool ((topic, partitions ascending) in topic order);
+ * each member's new assignment is out[member] (a copy of its current one, made when out has
+ * none), each run a frozenset of the slice joined to what the member holds of the topic. */
+static int
+join_run(PyObject *mine, PyObject *topic, PyObject *seq, Py_ssize_t start, Py_ssize_t take)
+{
+    PyObject *slice = PyList_GetSlice(seq, start, start + take);
+    if (slice == NULL) {
+        return -1;
+    }
+    PyObject *run = PyFrozenSet_New(slice);
+    Py_DECREF(slice);
+    if (run == NULL) {
+        return -1;
+    }
+    PyObject *before = PyDict_GetItemWithError(mine, topic);  /* borrowed */
+    int held = before == NULL ? 0 : PyObject_IsTrue(before);
+    if ((before == NULL && PyErr_Occurred()) || held < 0) {
+        Py_DECREF(run);
+        return -1;
+    }
+    PyObject *joined = held ? PyNumber_Or(before, run) : Py_NewRef(run);
+    Py_DECREF(run);
+    if (joined == NULL) {
+        return -1;
+    }
+    int failed = PyDict_SetItem(mine, topic, joined);
+    Py_DECREF(joined);
+    return failed;
+}
+
+static PyObject *
+fill(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *members, *needs, *assignments, *pool, *out;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:fill", &PyList_Type, &members, &PyList_Type, &needs,
+                          &PyList_Type, &assignments, &PyList_Type, &pool, &PyDict_Type, &out)) {
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(members), pools = PyList_GET_SIZE(pool);
+    if (PyList_GET_SIZE(needs) != count || PyList_GET_SIZE(assignments) != count || pools == 0) {
+        PyErr_SetString(PyExc_ValueError, "fill: members, needs and assignments differ in length, or no pool");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < pools; k++) {
+        PyObject *entry = PyList_GET_ITEM(pool, k);
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
+            || !PyList_CheckExact(PyTuple_GET_ITEM(entry, 1))) {
+            PyErr_SetString(PyExc_TypeError, "fill: the pool holds (topic, list) pairs");
+            return NULL;
+        }
+    }
+    Py_ssize_t at = 0, start = 0;
+    PyObject *topic = PyTuple_GET_ITEM(PyList_GET_ITEM(pool, 0), 0);
+    PyObject *seq = PyTuple_GET_ITEM(PyList_GET_ITEM(pool, 0), 1);
+    Py_ssize_t end = PyList_GET_SIZE(seq);
+    for (Py_ssize_t j = 0; j < count; j++) {
+        PyObject *member = PyList_GET_ITEM(members, j);
+        Py_ssize_t need = PyLong_AsSsize_t(PyList_GET_ITEM(needs, j));
+        if (need == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        PyObject *mine = PyDict_GetItemWithError(out, member);  /* borrowed */
+        if (mine == NULL) {
+            if (PyErr_Occurred()) {
+                return NULL;
+            }
+            PyObject *held = PyList_GET_ITEM(assignments, j);
+            int some = PyObject_IsTrue(held);
+            if (some < 0) {
+                return NULL;
+            }
+            PyObject *copy = some ? PyObject_CallOneArg((PyObject *)&PyDict_Type, held) : PyDict_New();
+            if (copy == NULL || PyDict_SetItem(out, member, copy) < 0) {
+                Py_XDECREF(copy);
+                return NULL;
+            }
+            mine = copy;
+            Py_DECREF(copy);  /* out holds it */
+        }
+        if (!PyDict_Check(mine)) {
+            PyErr_SetString(PyExc_TypeError, "fill: an assignment in out is not a dict");
+            return NULL;
+        }
+        if (start + need < end) {  /* within the topic at hand (the usual case) */
+            if (join_run(mine, topic, seq, start, need) < 0) {
+                return NULL;
+            }
+            start += need;
+            continue;
+        }
+        while (need > 0) {
+            if (at == pools) {
+                return PyLong_FromLong(1);  /* the pool holds too little */
+            }
+            Py_ssize_t take = need < end - start ? need : end - start;
+            if (join_run(mine, topic, seq, start, take) < 0) {
+                return NULL;
+            }
+            need -= take;
+            start += take;
+            if (start == end) {
+                at++;
+                start = 0;
+                if (at < pools) {
+                    topic = PyTuple_GET_ITEM(PyList_GET_ITEM(pool, at), 0);
+                    seq = PyTuple_GET_ITEM(PyList_GET_ITEM(pool, at), 1);
+                    end = PyList_GET_SIZE(seq);
+                }
+            }
+        }
+    }
+    return PyLong_FromLong(at != pools ? 2 : 0);  /* 2: the pool holds too much */
+}
+
+/* greedy: each type (in `order`: (type, its best weight, its first best node or -1)) to its
+ * best nodes while they have room (their capacity, then their share of the extras). */
+static int
+ints(PyObject *seq, long long *into, Py_ssize_t n)
+{
+    for (Py_ssize_t k = 0; k < n; k++) {
+        into[k] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, k));
+        if (into[k] == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+greedy(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *supplies_in, *capacities_in, *weights_in, *room_in, *order_in;
+    long long extras;
+    if (!PyArg_ParseTuple(args, "OOOLOO:greedy", &supplies_in, &capacities_in, &weights_in,
+                          &extras, &room_in, &order_in)) {
+        return NULL;
+    }
+    PyObject *supplies_f = NULL, *capacities_f = NULL, *weights_f = NULL, *room_f = NULL,
+             *order_f = NULL, *result = NULL, *flow_out = NULL, *taken_out = NULL;
+    long long *supplies = NULL, *room = NULL, *spare = NULL, *taken = NULL, *flow = NULL,
+              *row = NULL;
+    Py_ssize_t *visit = NULL;
+    supplies_f = PySequence_Fast(supplies_in, "greedy: supplies");
+    capacities_f = PySequence_Fast(capacities_in, "greedy: capacities");
+    weights_f = PySequence_Fast(weights_in, "greedy: weights");
+    room_f = PySequence_Fast(room_in, "greedy: extra room");
+    order_f = PySequence_Fast(order_in, "greedy: order");
+    if (!supplies_f || !capacities_f || !weights_f || !room_f || !order_f) {
+        goto done;
+    }
+    Py_ssize_t types = PySequence_Fast_GET_SIZE(supplies_f);
+    Py_ssize_t nodes = PySequence_Fast_GET_SIZE(capacities_f);
+    if (PySequence_Fast_GET_SIZE(weights_f) != types || PySequence_Fast_GET_SIZE(room_f) != nodes) {
+        PyErr_SetString(PyExc_ValueError, "greedy: weights or extra room of another size");
+        goto done;
+    }
+    size_t cells = (size_t)(types ? types : 1) * (size_t)(nodes ? nodes : 1);
+    supplies = PyMem_Calloc((size_t)(types ? types : 1), sizeof(long long));
+    room = PyMem_Calloc((size_t)(nodes ? nodes : 1), sizeof(long long));
+    spare = PyMem_Calloc((size_t)(nodes ? nodes : 1), sizeof(long long));
+    taken = PyMem_Calloc((size_t)(nodes ? nodes : 1), sizeof(long long));
+    row = PyMem_Calloc((size_t)(nodes ? nodes : 1), sizeof(long long));
+    visit = PyMem_Calloc((size_t)(nodes ? nodes : 1), sizeof(Py_ssize_t));
+    flow = PyMem_Calloc(cells, sizeof(long long));
+    if (!supplies || !room || !spare || !taken || !row || !visit || !flow) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (ints(supplies_f, supplies, types) < 0 || ints(capacities_f, room, nodes) < 0
+        || ints(room_f, spare, nodes) < 0) {
+        goto done;
+    }
+    int best_everywhere = 1;
+    Py_ssize_t steps = PySequence_Fast_GET_SIZE(order_f);
+    for (Py_ssize_t o = 0; o < steps; o++) {
+        PyObject *step = PySequence_Fast_GET_ITEM(order_f, o);
+        if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 3) {
+            PyErr_SetString(PyExc_TypeError, "greedy: the order holds (type, best, node) triples");
+            goto done;
+        }
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(step, 0));
+        long long best = PyLong_AsLongLong(PyTuple_GET_ITEM(step, 1));
+        Py_ssize_t v = PyLong_AsSsize_t(PyTuple_GET_ITEM(step, 2));
+        if (PyErr_Occurred()) {
+            goto done;
+        }
+        if (i < 0 || i >= types || v < -1 || v >= nodes) {
+            PyErr_SetString(PyExc_ValueError, "greedy: a type or node out of range in the order");
+            goto done;
+        }
+        long long s = supplies[i];
+        if (!s) {
+            continue;
+        }
+        PyObject *weights_row = PySequence_Fast(PySequence_Fast_GET_ITEM(weights_f, i), "greedy: weights");
+        if (weights_row == NULL) {
+            goto done;
+        }
+        int bad = PySequence_Fast_GET_SIZE(weights_row) != nodes || ints(weights_row, row, nodes) < 0;
+        Py_DECREF(weights_row);
+        if (bad) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "greedy: a row of weights of another size");
+            }
+            goto done;
+        }
+        long long *placed = flow + (size_t)i * (size_t)nodes;
+        if (v >= 0) {
+            long long free = room[v];
+            if (free >= s) {  /* takes the whole type */
+                room[v] = free - s;
+                placed[v] = s;
+                continue;
+            }
+            long long more = s - free;
+            if (extras >= more && spare[v] >= more) {  /* the whole type, with extras */
+                room[v] = 0;
+                spare[v] -= more;
+                extras -= more;
+                taken[v] += more;
+                placed[v] = s;
+                continue;
+            }
+        }
+        /* The nodes by weight, highest first, then in order (Python's stable sort, reversed). */
+        for (Py_ssize_t k = 0; k < nodes; k++) {
+            Py_ssize_t at = k;
+            while (at > 0 && row[visit[at - 1]] < row[k]) {
+                visit[at] = visit[at - 1];
+                at--;
+            }
+            visit[at] = k;
+        }
+        for (Py_ssize_t k = 0; k < nodes; k++) {
+            Py_ssize_t u = visit[k];
+            long long free = room[u];
+            long long take = s < free ? s : free;
+            if (extras && s > take) {  /* the node's share of the extras, too */
+                long long more = s - take;
+                if (spare[u] < more) {
+                    more = spare[u];
+                }
+                if (extras < more) {
+                    more = extras;
+                }
+                spare[u] -= more;
+                extras -= more;
+                taken[u] += more;
+                take += more;
+                free += more;
+            }
+            if (take) {
+                room[u] = free - take;
+                placed[u] = take;
+                s -= take;
+                if (row[u] != best) {
+                    best_everywhere = 0;
+                }
+                if (!s) {
+                    break;
+                }
+            }
+        }
+        if (s) {
+            result = Py_NewRef(Py_None);  /* cannot place everything */
+            goto done;
+        }
+    }
+    flow_out = PyList_New(types);
+    taken_out = PyList_New(nodes);
+    if (flow_out == NULL || taken_out == NULL) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < types; i++) {
+        PyObject *placed = PyList_New(nodes);
+        if (placed == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(flow_out, i, placed);
+        for (Py_ssize_t u = 0; u < nodes; u++) {
+            PyObject *value = PyLong_FromLongLong(flow[(size_t)i * (size_t)nodes + u]);
+            if (value == NULL) {
+                goto done;
+            }
+            PyList_SET_ITEM(placed, u, value);
+        }
+    }
+    for (Py_ssize_t u = 0; u < nodes; u++) {
+        PyObject *value = PyLong_FromLongLong(taken[u]);
+        if (value == NULL) {
+            goto done;
+        }
+        PyList_SET_ITEM(taken_out, u, value);
+    }
+    result = Py_BuildValue("(OOO)", flow_out, taken_out, best_everywhere ? Py_True : Py_False);
+done:
+    Py_XDECREF(flow_out);
+    Py_XDECREF(taken_out);
+    Py_XDECREF(supplies_f);
+    Py_XDECREF(capacities_f);
+    Py_XDECREF(weights_f);
+    Py_XDECREF(room_f);
+    Py_XDECREF(order_f);
+    PyMem_Free(supplies);
+    PyMem_Free(room);
+    PyMem_Free(spare);
+    PyMem_Free(taken);
+    PyMem_Free(row);
+    PyMem_Free(visit);
+    PyMem_Free(flow);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"deal", deal, METH_VARARGS, "Each node's indexes dealt to its members (racks_range._deal)."},
     {"tally", tally, METH_O, "Each distinct byte with how often it occurs (racks_range._tally)."},
+    {"fill", fill, METH_VARARGS, "Members below their count take runs of the pool (racks_uniform)."},
+    {"greedy", greedy, METH_VARARGS, "The rack plan's greedy start (plan._greedy)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "assignors._placement",
-    "C kernels of rack-aware range placement (assignors/racks_range.py).", 0, methods,
+    "C kernels of rack-aware placement (assignors/racks_range.py, racks_uniform.py, plan.py).", 0, methods,
 };
 
 PyMODINIT_FUNC

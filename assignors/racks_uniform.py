@@ -21,6 +21,11 @@ from assignors.plan import Order, greedy_order, transport
 from assignors.racks import Counted, RackNodes, count_owned_by_node, mask_groups, relevant_racks
 from assignors.racks_members import Dense, Sparse
 
+try:  # the C kernel of :meth:`_ClassSettle._fill` (assignors/_placement.c)
+    from assignors import _placement
+except ImportError:  # (a source tree nobody built: pip builds it) the Python there, as exact
+    _placement = None  # type: ignore[assignment]
+
 __all__ = ["Holders", "settle_class", "settle_from_summary"]
 
 _NOBODY: Mapping[int, object] = {}
@@ -32,6 +37,9 @@ _HELD_KINDS: dict[tuple[str, ...], dict[tuple[frozenset[str], str | None], tuple
 kind a ``TargetSummary.held_by_racks`` key counts for — a function of the racks alone, kept
 across calls (at most ``_HELD_KINDS_KEPT`` tuples, and keys per tuple: then started afresh)."""
 _HELD_KINDS_KEPT = 1024
+
+_TOO_LITTLE = "internal error: a node received too little"
+_TOO_MUCH = "internal error: a node received too much"
 
 
 def settle_class(
@@ -636,12 +644,16 @@ class _ClassSettle:
         if not pool:
             return
         roster = self.roster
+        needs, held_now = roster.needs(members), roster.assignments(members)
+        if _placement is not None:  # the loop below, in C (about 3 µs less for ten members)
+            unfit = _placement.fill(list(members), needs, held_now, pool, out)
+            if unfit:
+                raise PartitionAssignorError(_TOO_LITTLE if unfit == 1 else _TOO_MUCH)
+            return
         at, start = 0, 0
         t, seq = pool[0]
         end = len(seq)
-        for i, need, held in zip(
-            members, roster.needs(members), roster.assignments(members), strict=True
-        ):
+        for i, need, held in zip(members, needs, held_now, strict=True):
             mine = out.get(i)
             if mine is None:
                 mine = out[i] = dict(held) if held else {}
@@ -653,7 +665,7 @@ class _ClassSettle:
                 continue
             while need:
                 if at == len(pool):
-                    raise PartitionAssignorError("internal error: a node received too little")
+                    raise PartitionAssignorError(_TOO_LITTLE)
                 take = min(need, end - start)
                 run = frozenset(seq[start : start + take])
                 before = mine.get(t)
@@ -666,7 +678,7 @@ class _ClassSettle:
                         t, seq = pool[at]
                         end = len(seq)
         if at != len(pool):
-            raise PartitionAssignorError("internal error: a node received too much")
+            raise PartitionAssignorError(_TOO_MUCH)
 
 
 class _Lookup:

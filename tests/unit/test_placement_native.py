@@ -1,23 +1,31 @@
-"""The C kernels of rack-aware range placement (assignors/_placement.c) against their Python
-references in assignors/racks_range.py: the same sets (equal, in the same iteration order,
+"""The C kernels of rack-aware placement (assignors/_placement.c) against their Python
+references in assignors/racks_range.py, racks_uniform.py and plan.py: the same sets (equal, in the same iteration order,
 the very current sets and one-index sets given back where the reference gives them back), the
 same refusals, and bad arguments refused with an exception, never a crash."""
 
 from __future__ import annotations
 
+import copy
 import gc
 import random
 import sys
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import TypeVar
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import assignors.plan as plan
 import assignors.racks_range as racks_range
+import assignors.racks_uniform as racks_uniform
 from assignors.api import PartitionAssignorError
+from assignors.plan import Order, greedy_order
 from assignors.racks_range import Indexes, _deal, _tally
 
 native = racks_range._placement
+T = TypeVar("T")
 
 
 def _deal_python(*args: object) -> list[frozenset[int]]:
@@ -87,9 +95,9 @@ def deals(draw: st.DrawFn) -> tuple[bytes, int, int, bytes, int, int, list[froze
     return bytes(node), quota, extra, bytes(node_of), stride, len(node_of), current
 
 
-def _outcome(call: object) -> tuple[str, object]:
+def _outcome(call: Callable[[], T]) -> tuple[str, T | str]:
     try:
-        return "ok", call()  # type: ignore[operator]
+        return "ok", call()
     except PartitionAssignorError as e:
         return "refused", str(e)
 
@@ -189,3 +197,135 @@ def test_the_kernels_hold_no_references() -> None:
         assert native.deal(bytes(10), 3, 0, bytes(30), 1, indexes, None, out) == out
         del out
     assert [sys.getrefcount(i) for i in indexes] == before
+
+
+def _without_kernel(module: object, call: Callable[[], T]) -> tuple[str, T | str]:
+    """``call()`` with ``module``'s C kernel turned off (its Python reference), as an outcome."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(module, "_placement", None)
+        return _outcome(call)
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> tuple[list[int], list[int], list[list[int]], int, list[int], Order]:
+    """A greedy start to make: supplies, capacities, weights, extras and each node's room for
+    them (adding up or not), and a visiting order (the usual one, or shuffled)."""
+    nodes = draw(st.integers(1, 6))
+    types = draw(st.integers(0, 20))
+    supplies = draw(st.lists(st.integers(0, 30), min_size=types, max_size=types))
+    weights = [draw(st.lists(st.integers(0, 3), min_size=nodes, max_size=nodes)) for _ in supplies]
+    extras = draw(st.integers(0, 10))
+    room = draw(st.lists(st.integers(0, 5), min_size=nodes, max_size=nodes))
+    total = sum(supplies) - extras + draw(st.integers(-2, 2))
+    capacities = (
+        [total // nodes + (v < total % nodes) for v in range(nodes)] if total > 0 else [0] * nodes
+    )
+    order = greedy_order(weights)
+    if draw(st.booleans()):
+        random.Random(draw(st.integers(0, 2**32 - 1))).shuffle(order)
+    return supplies, capacities, weights, extras, room, order
+
+
+@settings(max_examples=400, deadline=None)
+@given(plans())
+def test_greedy_is_the_python_reference(
+    case: tuple[list[int], list[int], list[list[int]], int, list[int], Order],
+) -> None:
+    """The rack plan's greedy start: the same flow, extras taken and optimality flag, or the
+    same refusal (supplies that do not fit)."""
+    supplies, capacities, weights, extras, room, order = case
+
+    def start() -> tuple[list[list[int]], list[int], bool]:
+        return plan._greedy(supplies, capacities, weights, extras, list(room), order)
+
+    assert _outcome(start) == _without_kernel(plan, start)
+
+
+def test_greedy_refuses_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="another size"):
+        native.greedy([1], [1], [[1, 2]], 0, [0], [(0, 1, 0)])
+    with pytest.raises(ValueError, match="out of range"):
+        native.greedy([1], [1], [[1]], 0, [0], [(1, 1, 0)])
+    with pytest.raises(TypeError, match="triples"):
+        native.greedy([1], [1], [[1]], 0, [0], [(0, 1)])
+    with pytest.raises(TypeError):
+        native.greedy([1], [1], [["x"]], 0, [0], [(0, 1, 0)])
+    assert native.greedy([2], [1], [[1]], 0, [0], [(0, 1, 0)]) is None  # cannot place it
+
+
+class _Roster:
+    def __init__(self, needs: dict[object, int], held: dict[object, dict[str, frozenset[int]]]):
+        self._needs, self._held = needs, held
+
+    def needs(self, members: list[object]) -> list[int]:
+        return [self._needs[m] for m in members]
+
+    def assignments(self, members: list[object]) -> list[dict[str, frozenset[int]]]:
+        return [self._held[m] for m in members]
+
+
+@st.composite
+def fills(
+    draw: st.DrawFn,
+) -> tuple[list[object], _Roster, dict[str, set[int]], dict[object, dict[str, frozenset[int]]]]:
+    """Members below their count with what they need and hold, what their node received
+    (as many partitions as they need, or one more or one less), and some already in ``out``."""
+    count = draw(st.integers(1, 8))
+    members: list[object] = (
+        list(range(count)) if draw(st.booleans()) else [f"m{i}" for i in range(count)]
+    )
+    topics = [f"t{k}" for k in range(draw(st.integers(1, 4)))]
+    needs = {m: draw(st.integers(1, 5)) for m in members}
+    held = {
+        m: {
+            t: frozenset(draw(st.sets(st.integers(100, 140), max_size=4)))
+            for t in topics
+            if draw(st.booleans())
+        }
+        for m in members
+    }
+    total = sum(needs.values()) + draw(st.sampled_from([0, 0, 0, -1, 1]))
+    segments: dict[str, set[int]] = {}
+    for p in range(max(total, 0)):
+        segments.setdefault(draw(st.sampled_from(topics)), set()).add(p)
+    out = {m: {topics[0]: frozenset({999})} for m in members if draw(st.integers(0, 4)) == 0}
+    return members, _Roster(needs, held), segments, out
+
+
+@settings(max_examples=400, deadline=None)
+@given(fills())
+def test_fill_is_the_python_reference(
+    case: tuple[
+        list[object], _Roster, dict[str, set[int]], dict[object, dict[str, frozenset[int]]]
+    ],
+) -> None:
+    """Members below their count take runs of what their node received: the same new
+    assignments (their topics and sets in the same order), their inputs untouched, or the same
+    refusal (too little, too much)."""
+    members, roster, segments, out = case
+    held_before = copy.deepcopy(roster._held)
+    settle = SimpleNamespace(roster=roster)
+    mine, theirs = copy.deepcopy(out), copy.deepcopy(out)
+
+    def filled(into: dict[object, dict[str, frozenset[int]]]) -> Callable[[], None]:
+        return lambda: racks_uniform._ClassSettle._fill(settle, members, segments, into)  # type: ignore[arg-type]
+
+    assert _outcome(filled(mine)) == _without_kernel(racks_uniform, filled(theirs))
+    assert mine == theirs
+    assert [(m, list(a), [list(s) for s in a.values()]) for m, a in mine.items()] == [
+        (m, list(a), [list(s) for s in a.values()]) for m, a in theirs.items()
+    ]
+    assert roster._held == held_before
+
+
+def test_fill_refuses_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        native.fill(["a"], [], [{}], [("t", [0])], {})
+    with pytest.raises(ValueError, match="no pool"):
+        native.fill(["a"], [1], [{}], [], {})
+    with pytest.raises(TypeError, match="pairs"):
+        native.fill(["a"], [1], [{}], [("t", (0,))], {})
+    with pytest.raises(TypeError, match="not a dict"):
+        native.fill(["a"], [1], [{}], [("t", [0])], {"a": frozenset()})
+    assert native.fill(["a"], [2], [{}], [("t", [0])], {}) == 1  # too little
+    assert native.fill(["a"], [1], [{}], [("t", [0, 1])], {}) == 2  # too much
