@@ -91,6 +91,13 @@ deal(PyObject *Py_UNUSED(module), PyObject *args)
         PyErr_SetString(PyExc_ValueError, "deal: arguments out of range");
         goto done;
     }
+    /* Exact integers: hashing them runs no Python code that could change the lists. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!PyLong_CheckExact(PyList_GET_ITEM(indexes, i))) {
+            PyErr_SetString(PyExc_TypeError, "deal: the indexes are integers");
+            goto done;
+        }
+    }
     start = PyMem_Calloc((size_t)stride + 1, sizeof(Py_ssize_t));
     end = PyMem_Calloc((size_t)stride, sizeof(Py_ssize_t));
     order = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Py_ssize_t));
@@ -153,14 +160,23 @@ deal(PyObject *Py_UNUSED(module), PyObject *args)
         start[nodes[j]] += size;
         PyObject *set = NULL;
         if (keep) {
-            PyObject *mine = PyList_GET_ITEM(current, j);
+            /* (A current set may hold objects whose comparison runs Python code: the lists are
+             * checked again after it.) */
+            PyObject *mine = Py_NewRef(PyList_GET_ITEM(current, j));
             int same = is_run(mine, indexes, run, size);
+            if (same > 0) {
+                set = Py_NewRef(mine);
+            }
+            Py_DECREF(mine);
+            if (same >= 0 && (PyList_GET_SIZE(current) < members || PyList_GET_SIZE(indexes) < n
+                              || (ones != Py_None && PyList_GET_SIZE(ones) < n))) {
+                PyErr_SetString(PyExc_RuntimeError, "deal: the arguments changed during the call");
+                same = -1;
+            }
             if (same < 0) {
+                Py_XDECREF(set);
                 Py_CLEAR(out);
                 goto done;
-            }
-            if (same) {
-                set = Py_NewRef(mine);
             }
         }
         if (set == NULL && size == 1) {
@@ -233,13 +249,15 @@ join_run(PyObject *mine, PyObject *topic, PyObject *seq, Py_ssize_t start, Py_ss
     if (run == NULL) {
         return -1;
     }
-    PyObject *before = PyDict_GetItemWithError(mine, topic);  /* borrowed */
-    int held = before == NULL ? 0 : PyObject_IsTrue(before);
-    if ((before == NULL && PyErr_Occurred()) || held < 0) {
+    PyObject *before = PyDict_GetItemWithError(mine, topic);
+    if (before == NULL && PyErr_Occurred()) {
         Py_DECREF(run);
         return -1;
     }
-    PyObject *joined = held ? PyNumber_Or(before, run) : Py_NewRef(run);
+    Py_XINCREF(before);
+    int held = before == NULL ? 0 : PyObject_IsTrue(before);
+    PyObject *joined = held < 0 ? NULL : held ? PyNumber_Or(before, run) : Py_NewRef(run);
+    Py_XDECREF(before);
     Py_DECREF(run);
     if (joined == NULL) {
         return -1;
@@ -249,88 +267,124 @@ join_run(PyObject *mine, PyObject *topic, PyObject *seq, Py_ssize_t start, Py_ss
     return failed;
 }
 
-static PyObject *
-fill(PyObject *Py_UNUSED(module), PyObject *args)
+/* Where the dealing is in the pool: the pool's `at`-th topic (`topic`, its partitions `seq`,
+ * `end` of them) from its `start`-th partition. */
+typedef struct {
+    Py_ssize_t at, start, end;
+    PyObject *topic, *seq;  /* borrowed from the pool (a tuple this call owns) */
+} Cursor;
+
+/* One member's runs, as the Python loop deals them; 0, 1 when the pool holds too little, -1 on
+ * an error. */
+static int
+fill_one(PyObject *out, PyObject *member, Py_ssize_t need, PyObject *held, PyObject *pool,
+         Cursor *c)
 {
-    PyObject *members, *needs, *assignments, *pool, *out;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:fill", &PyList_Type, &members, &PyList_Type, &needs,
-                          &PyList_Type, &assignments, &PyList_Type, &pool, &PyDict_Type, &out)) {
-        return NULL;
-    }
-    Py_ssize_t count = PyList_GET_SIZE(members), pools = PyList_GET_SIZE(pool);
-    if (PyList_GET_SIZE(needs) != count || PyList_GET_SIZE(assignments) != count || pools == 0) {
-        PyErr_SetString(PyExc_ValueError, "fill: members, needs and assignments differ in length, or no pool");
-        return NULL;
-    }
-    for (Py_ssize_t k = 0; k < pools; k++) {
-        PyObject *entry = PyList_GET_ITEM(pool, k);
-        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
-            || !PyList_CheckExact(PyTuple_GET_ITEM(entry, 1))) {
-            PyErr_SetString(PyExc_TypeError, "fill: the pool holds (topic, list) pairs");
-            return NULL;
+    PyObject *mine = PyDict_GetItemWithError(out, member);
+    if (mine == NULL) {
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        int some = PyObject_IsTrue(held);
+        if (some < 0) {
+            return -1;
+        }
+        mine = some ? PyObject_CallOneArg((PyObject *)&PyDict_Type, held) : PyDict_New();
+        if (mine == NULL || PyDict_SetItem(out, member, mine) < 0) {
+            Py_XDECREF(mine);
+            return -1;
         }
     }
-    Py_ssize_t at = 0, start = 0;
-    PyObject *topic = PyTuple_GET_ITEM(PyList_GET_ITEM(pool, 0), 0);
-    PyObject *seq = PyTuple_GET_ITEM(PyList_GET_ITEM(pool, 0), 1);
-    Py_ssize_t end = PyList_GET_SIZE(seq);
-    for (Py_ssize_t j = 0; j < count; j++) {
-        PyObject *member = PyList_GET_ITEM(members, j);
-        Py_ssize_t need = PyLong_AsSsize_t(PyList_GET_ITEM(needs, j));
-        if (need == -1 && PyErr_Occurred()) {
-            return NULL;
-        }
-        PyObject *mine = PyDict_GetItemWithError(out, member);  /* borrowed */
-        if (mine == NULL) {
-            if (PyErr_Occurred()) {
-                return NULL;
+    else {
+        Py_INCREF(mine);  /* (out may change under Python code a hash runs) */
+    }
+    int outcome = 0;
+    if (!PyDict_Check(mine)) {
+        PyErr_SetString(PyExc_TypeError, "fill: an assignment in out is not a dict");
+        outcome = -1;
+    }
+    else if (c->start + need < c->end) {  /* within the topic at hand (the usual case) */
+        outcome = join_run(mine, c->topic, c->seq, c->start, need);
+        c->start += need;
+    }
+    else {
+        while (outcome == 0 && need) {
+            if (c->at == PyTuple_GET_SIZE(pool)) {
+                outcome = 1;  /* the pool holds too little */
+                break;
             }
-            PyObject *held = PyList_GET_ITEM(assignments, j);
-            int some = PyObject_IsTrue(held);
-            if (some < 0) {
-                return NULL;
-            }
-            PyObject *copy = some ? PyObject_CallOneArg((PyObject *)&PyDict_Type, held) : PyDict_New();
-            if (copy == NULL || PyDict_SetItem(out, member, copy) < 0) {
-                Py_XDECREF(copy);
-                return NULL;
-            }
-            mine = copy;
-            Py_DECREF(copy);  /* out holds it */
-        }
-        if (!PyDict_Check(mine)) {
-            PyErr_SetString(PyExc_TypeError, "fill: an assignment in out is not a dict");
-            return NULL;
-        }
-        if (start + need < end) {  /* within the topic at hand (the usual case) */
-            if (join_run(mine, topic, seq, start, need) < 0) {
-                return NULL;
-            }
-            start += need;
-            continue;
-        }
-        while (need > 0) {
-            if (at == pools) {
-                return PyLong_FromLong(1);  /* the pool holds too little */
-            }
-            Py_ssize_t take = need < end - start ? need : end - start;
-            if (join_run(mine, topic, seq, start, take) < 0) {
-                return NULL;
-            }
+            Py_ssize_t take = need < c->end - c->start ? need : c->end - c->start;
+            outcome = join_run(mine, c->topic, c->seq, c->start, take);
             need -= take;
-            start += take;
-            if (start == end) {
-                at++;
-                start = 0;
-                if (at < pools) {
-                    topic = PyTuple_GET_ITEM(PyList_GET_ITEM(pool, at), 0);
-                    seq = PyTuple_GET_ITEM(PyList_GET_ITEM(pool, at), 1);
-                    end = PyList_GET_SIZE(seq);
+            c->start += take;
+            if (c->start == c->end) {
+                c->at += 1;
+                c->start = 0;
+                if (c->at < PyTuple_GET_SIZE(pool)) {
+                    c->topic = PyTuple_GET_ITEM(PyTuple_GET_ITEM(pool, c->at), 0);
+                    c->seq = PyTuple_GET_ITEM(PyTuple_GET_ITEM(pool, c->at), 1);
+                    c->end = PyList_GET_SIZE(c->seq);
                 }
             }
         }
     }
-    return PyLong_FromLong(at != pools ? 2 : 0);  /* 2: the pool holds too much */
+    Py_DECREF(mine);
+    return outcome;
+}
+
+static PyObject *
+fill(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *members_in, *needs_in, *assignments_in, *pool_in, *out;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!:fill", &PyList_Type, &members_in, &PyList_Type,
+                          &needs_in, &PyList_Type, &assignments_in, &PyList_Type, &pool_in,
+                          &PyDict_Type, &out)) {
+        return NULL;
+    }
+    /* Copies (Python code run by a hash or a copy cannot change what is read here). */
+    PyObject *members = PyList_AsTuple(members_in), *needs = PyList_AsTuple(needs_in),
+             *assignments = PyList_AsTuple(assignments_in), *pool = PyList_AsTuple(pool_in),
+             *result = NULL;
+    if (members == NULL || needs == NULL || assignments == NULL || pool == NULL) {
+        goto done;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(members), pools = PyTuple_GET_SIZE(pool);
+    if (PyTuple_GET_SIZE(needs) != count || PyTuple_GET_SIZE(assignments) != count || pools == 0) {
+        PyErr_SetString(PyExc_ValueError, "fill: members, needs and assignments differ in length, or no pool");
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < pools; k++) {
+        PyObject *entry = PyTuple_GET_ITEM(pool, k);
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2
+            || !PyList_CheckExact(PyTuple_GET_ITEM(entry, 1))) {
+            PyErr_SetString(PyExc_TypeError, "fill: the pool holds (topic, list) pairs");
+            goto done;
+        }
+    }
+    PyObject *first = PyTuple_GET_ITEM(pool, 0);
+    Cursor cursor = {0, 0, PyList_GET_SIZE(PyTuple_GET_ITEM(first, 1)), PyTuple_GET_ITEM(first, 0),
+                     PyTuple_GET_ITEM(first, 1)};
+    int outcome = 0;
+    for (Py_ssize_t j = 0; outcome == 0 && j < count; j++) {
+        Py_ssize_t need = PyLong_AsSsize_t(PyTuple_GET_ITEM(needs, j));
+        if (need < 0) {
+            if (!PyErr_Occurred()) {
+                PyErr_SetString(PyExc_ValueError, "fill: a member needs a negative count");
+            }
+            goto done;
+        }
+        outcome = fill_one(out, PyTuple_GET_ITEM(members, j), need,
+                           PyTuple_GET_ITEM(assignments, j), pool, &cursor);
+    }
+    if (outcome >= 0) {  /* 1: too little; 2: the pool holds too much */
+        result = PyLong_FromLong(outcome ? outcome : cursor.at != pools ? 2 : 0);
+    }
+done:
+    Py_XDECREF(members);
+    Py_XDECREF(needs);
+    Py_XDECREF(assignments);
+    Py_XDECREF(pool);
+    return result;
 }
 
 /* greedy: each type (in `order`: (type, its best weight, its first best node or -1)) to its
@@ -339,7 +393,7 @@ static int
 ints(PyObject *seq, long long *into, Py_ssize_t n)
 {
     for (Py_ssize_t k = 0; k < n; k++) {
-        into[k] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(seq, k));
+        into[k] = PyLong_AsLongLong(PyTuple_GET_ITEM(seq, k));
         if (into[k] == -1 && PyErr_Occurred()) {
             return -1;
         }
@@ -361,17 +415,17 @@ greedy(PyObject *Py_UNUSED(module), PyObject *args)
     long long *supplies = NULL, *room = NULL, *spare = NULL, *taken = NULL, *flow = NULL,
               *row = NULL;
     Py_ssize_t *visit = NULL;
-    supplies_f = PySequence_Fast(supplies_in, "greedy: supplies");
-    capacities_f = PySequence_Fast(capacities_in, "greedy: capacities");
-    weights_f = PySequence_Fast(weights_in, "greedy: weights");
-    room_f = PySequence_Fast(room_in, "greedy: extra room");
-    order_f = PySequence_Fast(order_in, "greedy: order");
+    supplies_f = PySequence_Tuple(supplies_in);
+    capacities_f = PySequence_Tuple(capacities_in);
+    weights_f = PySequence_Tuple(weights_in);
+    room_f = PySequence_Tuple(room_in);
+    order_f = PySequence_Tuple(order_in);
     if (!supplies_f || !capacities_f || !weights_f || !room_f || !order_f) {
         goto done;
     }
-    Py_ssize_t types = PySequence_Fast_GET_SIZE(supplies_f);
-    Py_ssize_t nodes = PySequence_Fast_GET_SIZE(capacities_f);
-    if (PySequence_Fast_GET_SIZE(weights_f) != types || PySequence_Fast_GET_SIZE(room_f) != nodes) {
+    Py_ssize_t types = PyTuple_GET_SIZE(supplies_f);
+    Py_ssize_t nodes = PyTuple_GET_SIZE(capacities_f);
+    if (PyTuple_GET_SIZE(weights_f) != types || PyTuple_GET_SIZE(room_f) != nodes) {
         PyErr_SetString(PyExc_ValueError, "greedy: weights or extra room of another size");
         goto done;
     }
@@ -392,9 +446,9 @@ greedy(PyObject *Py_UNUSED(module), PyObject *args)
         goto done;
     }
     int best_everywhere = 1;
-    Py_ssize_t steps = PySequence_Fast_GET_SIZE(order_f);
+    Py_ssize_t steps = PyTuple_GET_SIZE(order_f);
     for (Py_ssize_t o = 0; o < steps; o++) {
-        PyObject *step = PySequence_Fast_GET_ITEM(order_f, o);
+        PyObject *step = PyTuple_GET_ITEM(order_f, o);
         if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 3) {
             PyErr_SetString(PyExc_TypeError, "greedy: the order holds (type, best, node) triples");
             goto done;
@@ -413,11 +467,11 @@ greedy(PyObject *Py_UNUSED(module), PyObject *args)
         if (!s) {
             continue;
         }
-        PyObject *weights_row = PySequence_Fast(PySequence_Fast_GET_ITEM(weights_f, i), "greedy: weights");
+        PyObject *weights_row = PySequence_Tuple(PyTuple_GET_ITEM(weights_f, i));
         if (weights_row == NULL) {
             goto done;
         }
-        int bad = PySequence_Fast_GET_SIZE(weights_row) != nodes || ints(weights_row, row, nodes) < 0;
+        int bad = PyTuple_GET_SIZE(weights_row) != nodes || ints(weights_row, row, nodes) < 0;
         Py_DECREF(weights_row);
         if (bad) {
             if (!PyErr_Occurred()) {

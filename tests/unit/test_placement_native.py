@@ -329,3 +329,42 @@ def test_fill_refuses_bad_arguments() -> None:
         native.fill(["a"], [1], [{}], [("t", [0])], {"a": frozenset()})
     assert native.fill(["a"], [2], [{}], [("t", [0])], {}) == 1  # too little
     assert native.fill(["a"], [1], [{}], [("t", [0, 1])], {}) == 2  # too much
+
+
+def test_the_kernels_survive_python_code_that_changes_their_arguments() -> None:
+    """Python code the kernels may run (an object's comparison inside a current set, an
+    ``__index__`` among the weights) that changes the arguments mid-call: an exception or the
+    answer for the arguments as they were given, never a crash."""
+
+    class Changing:
+        def __init__(self, alias: int, victim: list[object]) -> None:
+            self.alias, self.victim = alias, victim
+
+        def __hash__(self) -> int:
+            return hash(self.alias)
+
+        def __eq__(self, other: object) -> bool:
+            self.victim.clear()
+            return False
+
+    current: list[object] = []
+    current.append(frozenset({Changing(0, current), 1}))
+    with pytest.raises(RuntimeError, match="changed during the call"):
+        native.deal(b"\x00", 2, 0, b"\x00\x00", 1, [0, 1], None, current)
+    assert current == []
+    with pytest.raises(TypeError, match="integers"):
+        native.deal(b"\x00", 2, 0, b"\x00\x00", 1, [0, "1"], None, None)
+
+    weights: list[list[object]] = [[1, 0], [0, 1]]
+
+    class Index:
+        def __index__(self) -> int:
+            weights.clear()
+            return 1
+
+    weights[0][0] = Index()
+    assert native.greedy([2, 2], [2, 2], weights, 0, [0, 0], [(0, 1, 0), (1, 1, 1)]) == (
+        [[2, 0], [0, 2]],
+        [0, 0],
+        True,
+    )
