@@ -48,6 +48,7 @@ from .h2wire import (
     Refused,
     decompress,
     format_peer,
+    is_grpc,
     malformed,
     over_soft_limit,
     read_headers,
@@ -500,7 +501,7 @@ class H2Connection(asyncio.Protocol):
         if request.unparsable:  # grpc-core refuses it as it parses the headers, before all else
             self._refuse(stream_id, end, grpc.StatusCode.INTERNAL, request.unparsable)
             return
-        if not request.content_type.startswith(b"application/grpc"):
+        if not is_grpc(request.content_type):  # not gRPC: HTTP 415, the spec's answer
             self._send(
                 lambda: self.h2.send_response(stream_id, ((b":status", b"415"),), end_stream=True),
                 stream_id,

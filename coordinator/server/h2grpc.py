@@ -39,7 +39,8 @@ docs/operations.md):
 * request metadata over the header-list size announced in SETTINGS_MAX_HEADER_LIST_SIZE
   (``absolute_max_metadata_size``) gets that call RESOURCE_EXHAUSTED with grpc-core's message
   (between ``max_metadata_size`` and it, a share rising to all, grpc-core's soft limit); the
-  connection and its other calls go on; a non-gRPC request gets HTTP 415;
+  connection and its other calls go on; a non-gRPC request (a ``content-type`` other than
+  ``application/grpc``, alone or followed by ``+`` or ``;``: ``h2wire.is_grpc``) gets HTTP 415;
 * past ``max_concurrent_calls`` calls at once a new call is refused with RESOURCE_EXHAUSTED
   "Concurrent RPC limit exceeded!", before any work (grpc.aio's ``maximum_concurrent_rpcs``);
   a call counts once its handler starts (its request whole, its turn come), so neither streams

@@ -94,6 +94,22 @@ class RequestHeaders:
     too_large: str = ""  # why it is over grpc-core's hard metadata limit ("" if it is not)
 
 
+GRPC_CONTENT_TYPE = b"application/grpc"
+
+
+def is_grpc(content_type: bytes) -> bool:
+    """A gRPC request's ``content-type``: ``application/grpc``, alone or followed by ``+`` (a
+    message format: ``+proto``, ``+json``) or ``;`` (parameters), as the gRPC over HTTP/2 spec
+    writes it and grpc-go and grpc-java check it (case-sensitive, as they do). Anything else
+    (``application/grpcx``, ``application/grpc-web``, ``text/plain``, none) is not gRPC."""
+    n = len(GRPC_CONTENT_TYPE)
+    return content_type.startswith(GRPC_CONTENT_TYPE) and content_type[n : n + 1] in (
+        b"",
+        b"+",
+        b";",
+    )
+
+
 def read_headers(headers: Sequence[tuple[bytes, bytes]], hard_limit: int) -> RequestHeaders:
     """One pass over a request's header list (``hard_limit``: grpc-core's hard metadata limit,
     announced as SETTINGS_MAX_HEADER_LIST_SIZE)."""

@@ -144,6 +144,51 @@ async def test_the_connection_goes_on_after_a_reset_request(ports: dict[str, int
         conn.close()
 
 
+SERVED = [
+    (b":status", b"200"),
+    (b"content-type", b"application/grpc"),
+    (b"grpc-accept-encoding", b"identity, deflate, gzip"),
+    (b"grpc-status", b"0"),
+    (b"grpc-message", b""),
+]
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        b"application/grpc",
+        b"application/grpc+proto",
+        b"application/grpc+json",
+        b"application/grpc; charset=utf-8",
+        b"application/grpc;",
+    ],
+)
+async def test_a_grpc_content_type_with_a_format_or_parameters_is_served(
+    ports: dict[str, int], content_type: bytes
+) -> None:
+    """The spec's content types: ``application/grpc``, alone or with ``+`` a message format or
+    ``;`` parameters, served by both."""
+    answers = await both(ports, headers(content_type=content_type), grpc_frame(b"hi"))
+    assert answers["h2"] == (SERVED, None)
+    assert answers["grpc-core"] == answers["h2"]
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [b"application/grpcx", b"application/grpc-web", b"application/grp", b"text/plain", None],
+)
+async def test_a_content_type_that_is_not_grpc_is_refused_415(
+    ports: dict[str, int], content_type: bytes | None
+) -> None:
+    """Any other content type (one that merely begins with ``application/grpc`` too, as
+    ``application/grpcx``; none) is not a gRPC request: HTTP 415 and nothing else, the spec's
+    answer (grpc-go's and grpc-java's); the handler does not run. grpc-core 1.85 serves them all,
+    a difference docs/operations.md lists."""
+    answers = await both(ports, headers(content_type=content_type), grpc_frame(b"hi"))
+    assert answers["h2"] == ([(b":status", b"415")], None)
+    assert answers["grpc-core"] == (SERVED, None)
+
+
 async def client_status(port: int, method: str, body: bytes) -> tuple[grpc.StatusCode, str]:
     """What a grpc-core client (grpc.aio, no size limits of its own) reports of one call."""
     async with grpc.aio.insecure_channel(
