@@ -7,7 +7,8 @@ the same hash picks. For every cell, assignor (uniform, range) and scenario (FUL
 joins, as in the main grid) it measures, on the same inputs with and without partition racks
 (the rack-blind assignor is the peer: same code, racks removed):
 
-* the time of one ``assign`` (best of 5-25 runs, CPU time too) and the ratio to rack-blind;
+* the time of one ``assign`` (best of 15-41 runs, CPU time too, each run paired with one of the
+  rack-blind ``assign``: :func:`time_pair`) and the ratio to rack-blind;
 * the share of assigned partitions with a replica in their member's rack, with racks, without,
   and the *best possible*: for uniform in a homogeneous group the best any assignment with
   member sizes q or q+1 can reach, exactly (a max flow between the partitions, grouped by
@@ -30,12 +31,18 @@ import gc
 import hashlib
 import itertools
 import os
+import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
-from assignors.api import GroupSpec, PartitionAssignor, SubscriptionType, TopicMetadata
+from assignors.api import (
+    GroupSpec,
+    PartitionAssignor,
+    SubscriptionType,
+    TopicMetadata,
+)
 from assignors.loads import member_loads
 from assignors.racks import RackNodes, count_owned, count_rack_local, relevant_racks
 from assignors.range import RangeAssignor
@@ -53,6 +60,8 @@ from bench.assignors import (
     subscriptions,
     time_call,
 )
+
+T = TypeVar("T")
 
 RACKS = ("r0", "r1", "r2")
 MEMBERS = (100, 500, 1000, 5000, 10000)
@@ -181,23 +190,31 @@ def measure(assignor_name: str, assignor: PartitionAssignor, cell: Cell) -> list
     plans = (("FULL", everyone), ("leaves", survivors), ("joins", [*survivors, newcomer]))
     for scenario, members in plans:
         results: dict[str, Assignment] = {}
-        timings: dict[str, Timing] = {}
         incremental: dict[str, Timing] = {}
-        for kind, metadata in (("racks", topics), ("blind", plain)):
-            spec = with_racks(make_spec(members, before[kind], not cell.heterogeneous))
-            gc.collect()
-            gc.freeze()
-            try:
-                timings[kind], result = time_call(partial(assignor.assign, spec, metadata))
-                if (
-                    isinstance(assignor, UniformAssignor)
-                    and before[kind]
-                    and spec_homogeneous(spec)
-                ):
-                    incremental[kind] = time_changes(assignor, spec, metadata, result.members)
-            finally:
-                gc.unfreeze()
-            results[kind] = result.members
+        kinds = (("racks", topics), ("blind", plain))
+        specs = {
+            kind: with_racks(make_spec(members, before[kind], not cell.heterogeneous))
+            for kind, _ in kinds
+        }
+        gc.collect()
+        gc.freeze()
+        try:
+            timings, made = time_pair(
+                partial(assignor.assign, specs["racks"], topics),
+                partial(assignor.assign, specs["blind"], plain),
+            )
+            for (kind, _), result in zip(kinds, made, strict=True):
+                results[kind] = result.members
+            if (
+                isinstance(assignor, UniformAssignor)
+                and before["racks"]
+                and spec_homogeneous(specs["racks"])
+            ):
+                incremental["racks"], incremental["blind"] = time_changes(
+                    assignor, specs, dict(kinds), results
+                )
+        finally:
+            gc.unfreeze()
         spec = with_racks(make_spec(members, {}, not cell.heterogeneous))
         exact = assignor_name == "uniform" and not cell.heterogeneous
         rows.append(
@@ -205,8 +222,8 @@ def measure(assignor_name: str, assignor: PartitionAssignor, cell: Cell) -> list
                 cell=cell,
                 assignor=assignor_name,
                 scenario=scenario,
-                racks=timings["racks"],
-                blind=timings["blind"],
+                racks=timings[0],
+                blind=timings[1],
                 share=local_share(spec, topics, results["racks"]),
                 blind_share=local_share(spec, topics, results["blind"]),
                 best=best_share(spec, topics, results["racks"], exact),
@@ -222,6 +239,47 @@ def measure(assignor_name: str, assignor: PartitionAssignor, cell: Cell) -> list
         )
         before = results
     return rows
+
+
+PAIRS_MIN = 15
+PAIRS_MAX = 41
+PAIRS_SECONDS = 1.0
+"""Calls of ``assign`` with racks and without, timed in alternation (:func:`time_pair`): at
+least ``PAIRS_MIN`` pairs, then more while they took less than ``PAIRS_SECONDS`` in all, at
+most ``PAIRS_MAX``."""
+
+
+def time_pair(
+    racks: Callable[[], T],
+    blind: Callable[[], T],
+    *,
+    warmup: int = 1,
+    pairs_min: int = PAIRS_MIN,
+    pairs_max: int = PAIRS_MAX,
+) -> tuple[tuple[Timing, Timing], tuple[T, T]]:
+    """The timings of two calls made in alternation, one of each at a time after ``warmup``
+    of each: on a shared machine a slow moment then slows both alike, where timed one after
+    the other, each in its own window, it could land on either and tilt their ratio (runs of
+    this benchmark at 478926d put the same cell at 1.75× and 2.03×). The last result of
+    each."""
+    made = [racks(), blind()]
+    for _ in range(warmup - 1):
+        made = [racks(), blind()]
+    walls: tuple[list[float], list[float]] = ([], [])
+    cpus: tuple[list[float], list[float]] = ([], [])
+    while len(walls[0]) < pairs_min or (
+        sum(walls[0]) + sum(walls[1]) < PAIRS_SECONDS and len(walls[0]) < pairs_max
+    ):
+        for k, call in enumerate((racks, blind)):
+            cpu, wall = time.process_time(), time.perf_counter()
+            made[k] = call()
+            walls[k].append(time.perf_counter() - wall)
+            cpus[k].append(time.process_time() - cpu)
+    timings = [
+        Timing(min(w) * 1000, statistics.median(w) * 1000, statistics.median(c) * 1000)
+        for w, c in zip(walls, cpus, strict=True)
+    ]
+    return (timings[0], timings[1]), (made[0], made[1])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -295,26 +353,33 @@ CHANGES_REPEATS = 201
 
 def time_changes(
     assignor: UniformAssignor,
-    spec: GroupSpec,
-    metadata: Mapping[str, TopicMetadata],
-    whole: Assignment,
-) -> Timing:
-    """The time of ``assign_changes`` from the summary the coordinator would keep (computed
-    here, not timed); its changes laid over the current targets must be ``whole``."""
-    summary = summarize(spec, metadata)
-    given = dataclasses.replace(spec, target_summary=summary)
-    timing, changes = time_call(
-        partial(assignor.assign_changes, given, metadata),
+    specs: Mapping[str, GroupSpec],
+    metadata: Mapping[str, Mapping[str, TopicMetadata]],
+    wholes: Mapping[str, Assignment],
+) -> tuple[Timing, Timing]:
+    """The time of ``assign_changes`` with racks and without (``specs``, ``metadata`` and
+    ``wholes`` by "racks" and "blind"), from the summary the coordinator would keep (computed
+    here, not timed), in alternation (:func:`time_pair`); the changes laid over the current
+    targets must be ``wholes``."""
+    calls = []
+    for kind in ("racks", "blind"):
+        spec = specs[kind]
+        given = dataclasses.replace(spec, target_summary=summarize(spec, metadata[kind]))
+        calls.append(partial(assignor.assign_changes, given, metadata[kind]))
+    timings, changed = time_pair(
+        calls[0],
+        calls[1],
         warmup=CHANGES_WARMUP,
-        min_repeats=CHANGES_REPEATS,
-        max_repeats=CHANGES_REPEATS,
+        pairs_min=CHANGES_REPEATS,
+        pairs_max=CHANGES_REPEATS,
     )
-    if changes is None:
-        raise AssertionError("assign_changes declined a tidy homogeneous group")
-    merged = {m: changes.get(m, s.assignment) for m, s in spec.members.items()}
-    if merged != whole:
-        raise AssertionError("assign_changes differs from assign")
-    return timing
+    for kind, changes in zip(("racks", "blind"), changed, strict=True):
+        if changes is None:
+            raise AssertionError("assign_changes declined a tidy homogeneous group")
+        merged = {m: changes.get(m, s.assignment) for m, s in specs[kind].members.items()}
+        if merged != wholes[kind]:
+            raise AssertionError("assign_changes differs from assign")
+    return timings
 
 
 def grid(quick: bool) -> list[Cell]:
@@ -394,9 +459,12 @@ def report(
             "heterogeneous: 5 buckets of members on their own fifth of the topics), 3 racks, "
             "members spread over them, 2 or 3 replicas per partition in consecutive racks. Each "
             "cell runs with partition racks and without them (the rack-blind result of the same "
-            "assignor: the peer); *ms* is the best wall time of 5-25 runs of one `assign` (gc "
+            "assignor: the peer); *ms* is the best wall time of 15-41 runs of one `assign` (gc "
             "frozen), *CPU* the median CPU time of those runs in ms and *×* their ratio (what the "
-            "targets judge: on the shared cores wall times are inflated at random), "
+            "targets judge: on the shared cores wall times are inflated at random); the runs with "
+            "racks and without alternate, one of each at a time, so that a slow moment of the "
+            "shared machine slows both alike (timed each in a window of its own, as before "
+            "this run, the same cell came to 1.75× in one run and 2.03× in another), "
             "*local* the share of assigned partitions with a replica in their member's rack, "
             "*best* the best possible share — exact for uniform in homogeneous groups (a max flow "
             "over member sizes q or q+1: members of one rack are interchangeable, so it is exact "
@@ -406,7 +474,7 @@ def report(
             "*inc CPU* is the median CPU time in ms of `assign_changes` on the same leave or join "
             "(the incremental path the coordinator takes, from the target summary it keeps: "
             "built here, not timed), with and without racks, warm (100 calls, then the median "
-            "of 201); its result is checked equal to `assign`'s."
+            "of 201, alternating as above); its result is checked equal to `assign`'s."
         ),
         "",
         (
