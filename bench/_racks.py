@@ -256,12 +256,16 @@ def time_pair(
     warmup: int = 1,
     pairs_min: int = PAIRS_MIN,
     pairs_max: int = PAIRS_MAX,
+    block: int = 1,
 ) -> tuple[tuple[Timing, Timing], tuple[T, T]]:
-    """The timings of two calls made in alternation, one of each at a time after ``warmup``
-    of each: on a shared machine a slow moment then slows both alike, where timed one after
-    the other, each in its own window, it could land on either and tilt their ratio (runs of
-    this benchmark at 478926d put the same cell at 1.75× and 2.03×). The last result of
-    each."""
+    """The timings of two calls made in alternation, ``block`` calls of one, then as many of
+    the other, after ``warmup`` of each: on a shared machine a slow moment then slows both
+    alike, where timed one after the other, each in its own window, it could land on either
+    and tilt their ratio (runs of this benchmark at 478926d put the same cell at 1.75× and
+    2.03×). Calls of microseconds go in blocks, each block a warm loop, as the coordinator
+    calls them (one call of each at a time leaves each to run in caches the other filled,
+    which slows the shorter more: the rack-blind 10-topic leave's `assign_changes` took 18
+    µs so, against 13 warm). The last result of each."""
     made = [racks(), blind()]
     for _ in range(warmup - 1):
         made = [racks(), blind()]
@@ -271,10 +275,11 @@ def time_pair(
         sum(walls[0]) + sum(walls[1]) < PAIRS_SECONDS and len(walls[0]) < pairs_max
     ):
         for k, call in enumerate((racks, blind)):
-            cpu, wall = time.process_time(), time.perf_counter()
-            made[k] = call()
-            walls[k].append(time.perf_counter() - wall)
-            cpus[k].append(time.process_time() - cpu)
+            for _ in range(block):
+                cpu, wall = time.process_time(), time.perf_counter()
+                made[k] = call()
+                walls[k].append(time.perf_counter() - wall)
+                cpus[k].append(time.process_time() - cpu)
     timings = [
         Timing(min(w) * 1000, statistics.median(w) * 1000, statistics.median(c) * 1000)
         for w, c in zip(walls, cpus, strict=True)
@@ -348,7 +353,10 @@ CHANGES_WARMUP = 100
 group, in a process that runs for days, so it runs with its code specialised by Python 3.11's
 adaptive interpreter — which takes a few dozen calls for a path of this length (a probe of the
 10-topic leave with racks: 68 µs at call 2, 35 at call 26, 33 from call 30 on)."""
-CHANGES_REPEATS = 201
+CHANGES_REPEATS = 200
+CHANGES_BLOCK = 20
+"""Timed calls of ``assign_changes`` with racks and without: 200 each, in alternating blocks of
+20 (:func:`time_pair`)."""
 
 
 def time_changes(
@@ -359,8 +367,8 @@ def time_changes(
 ) -> tuple[Timing, Timing]:
     """The time of ``assign_changes`` with racks and without (``specs``, ``metadata`` and
     ``wholes`` by "racks" and "blind"), from the summary the coordinator would keep (computed
-    here, not timed), in alternation (:func:`time_pair`); the changes laid over the current
-    targets must be ``wholes``."""
+    here, not timed), in alternating blocks (:func:`time_pair`); the changes laid over the
+    current targets must be ``wholes``."""
     calls = []
     for kind in ("racks", "blind"):
         spec = specs[kind]
@@ -372,6 +380,7 @@ def time_changes(
         warmup=CHANGES_WARMUP,
         pairs_min=CHANGES_REPEATS,
         pairs_max=CHANGES_REPEATS,
+        block=CHANGES_BLOCK,
     )
     for kind, changes in zip(("racks", "blind"), changed, strict=True):
         if changes is None:
@@ -474,7 +483,9 @@ def report(
             "*inc CPU* is the median CPU time in ms of `assign_changes` on the same leave or join "
             "(the incremental path the coordinator takes, from the target summary it keeps: "
             "built here, not timed), with and without racks, warm (100 calls, then the median "
-            "of 201, alternating as above); its result is checked equal to `assign`'s."
+            "of 200, in alternating blocks of 20 calls: each block a warm loop, as the "
+            "coordinator calls it, and a slow moment of the machine shared); its result is "
+            "checked equal to `assign`'s."
         ),
         "",
         (
@@ -630,7 +641,7 @@ def report(
             "C-level passes costing more than the scans they skip); the topics with free "
             "partitions filtered C-level and the receiving node's runs made by map and filter "
             "instead of comprehensions (no gain in A/B probes). The table times it warm, "
-            "as a coordinator runs it (100 calls first, then the median of 201; both paths "
+            "as a coordinator runs it (100 calls first, then the median of 200; both paths "
             "alike): Python 3.11's adaptive interpreter specialises a path of this length "
             "only after some 30 calls (in a probe, calls 2–26 of the 10-topic leave took 68 "
             "µs down to 35, settling at 33 µs from call 30; the shorter rack-blind path "
