@@ -42,6 +42,8 @@ SERVER_INTEGER_CONFIGS = frozenset(
         "queued.max.requests",
         "queued.max.request.bytes",
         "kafka.connection.max.unsent.bytes",
+        "max.connections.per.ip",
+        "max.connections",
         # Several nodes on PostgreSQL (docs/ha.md)
         "coordinator.lease.ms",
         "coordinator.heartbeat.interval.ms",
@@ -169,6 +171,10 @@ SERVER_CONFIGS = frozenset(
         "queued.max.requests",
         "queued.max.request.bytes",
         "kafka.connection.max.unsent.bytes",
+        # The Kafka listeners' connection limits (docs/kafka.md, "Connection limits")
+        "max.connections.per.ip",
+        "max.connections.per.ip.overrides",
+        "max.connections",
         # Several nodes on PostgreSQL (docs/ha.md)
         "coordinator.lease.ms",
         "coordinator.heartbeat.interval.ms",

@@ -37,6 +37,13 @@ DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
 DEFAULT_METADATA_MAX_AGE_MS = 10_000  # how often the topic registry follows the upstream
 DEFAULT_TXN_CHECK_MS = 30_000  # how often open transactions are checked with the upstream
 DEFAULT_UPSTREAM_REQUEST_TIMEOUT_MS = 30_000  # Kafka's request.timeout.ms
+GRPC_LIMIT_FLAGS = (
+    "--max-connections-per-ip",
+    "--max-connections-per-ip-overrides",
+    "--max-connections",
+)
+"""The gRPC listener's connection limits (Kafka's ``max.connections.per.ip``, its overrides,
+``max.connections``), as flags like its other limits."""
 
 
 def register(commands: Commands) -> None:
@@ -74,6 +81,28 @@ def register(commands: Commands) -> None:
         help="calls one group runs at once in this process (the process: a tenth more, for the "
         "other groups); more are refused at once with RESOURCE_EXHAUSTED (not processed: "
         "retry); 0: no limit. Below it, bursts queue (default 10000)",
+    )
+    p.add_argument(
+        "--max-connections-per-ip",
+        default=None,
+        metavar="N",
+        help="gRPC connections from one IP address at once, at most; more are closed as they are "
+        "accepted (Kafka's max.connections.per.ip, which the Kafka listeners take; default: no "
+        "limit; 0: only the addresses of --max-connections-per-ip-overrides)",
+    )
+    p.add_argument(
+        "--max-connections-per-ip-overrides",
+        default=None,
+        metavar="HOST:N,...",
+        help="per-address exceptions to --max-connections-per-ip (Kafka's "
+        "max.connections.per.ip.overrides; a host name: every address it resolves to at start)",
+    )
+    p.add_argument(
+        "--max-connections",
+        default=None,
+        metavar="N",
+        help="gRPC connections at once, at most; more are closed as they are accepted (Kafka's "
+        "max.connections, which the Kafka listeners take; default: no limit)",
     )
     p.add_argument(
         "--journal-retention-ms",
@@ -326,11 +355,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if txn_check_ms < 100:
         raise UsageError("kafka.upstream.transaction.check.interval.ms must be >= 100")
     from coordinator.security.authorizer import AuthorizerConfig
+    from coordinator.server.conn_limits import ConnectionLimits
     from coordinator.server.grpc_options import GrpcOptions
     from coordinator.server.kafka.listener import KafkaFlow
 
     try:
         kafka_flow = KafkaFlow.from_settings(server_settings)
+        kafka_limits = ConnectionLimits.from_settings(server_settings)
+        grpc_limits = ConnectionLimits.from_settings(
+            {
+                GRPC_LIMIT_FLAGS[0]: args.max_connections_per_ip,
+                GRPC_LIMIT_FLAGS[1]: args.max_connections_per_ip_overrides,
+                GRPC_LIMIT_FLAGS[2]: args.max_connections,
+            },
+            GRPC_LIMIT_FLAGS,
+        )
         authorizer = AuthorizerConfig.parse(
             server_settings.get("super.users", ""),
             server_settings.get("allow.everyone.if.no.acl.found", "true"),
@@ -432,6 +471,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         kafka_max_request_bytes=max_request_bytes,
         kafka_idle_ms=idle_ms,
         kafka_flow=kafka_flow,
+        kafka_limits=kafka_limits,
+        grpc_limits=grpc_limits,
         kafka_metadata_max_age_ms=max_age_ms,
         kafka_txn_check_ms=txn_check_ms,
         kafka_upstream_request_timeout_ms=upstream_timeout_ms,

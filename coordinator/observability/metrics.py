@@ -532,6 +532,14 @@ class CoordinatorMetrics:
             ["listener", "mechanism"],
             registry=r,
         )
+        self.connections_refused = Counter(
+            f"{ns}_connections_refused_total",
+            "Connections closed as they were accepted, before anything was read, because they "
+            "were over a connection limit, by the listener (kafka, grpc) and the limit "
+            "(max.connections.per.ip, its overrides included, or max.connections).",
+            ["listener", "limit"],
+            registry=r,
+        )
         self.offset_deletions = Counter(
             f"{ns}_offset_deletions_total",
             "Committed offsets deleted by OffsetDelete. Kafka: offset-deletion-count.",

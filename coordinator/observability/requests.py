@@ -285,6 +285,20 @@ def authentication_observer(
     return failed
 
 
+def connection_refusal_observer(
+    metrics: CoordinatorMetrics | None,
+) -> Callable[[str, str, str], None]:
+    """What the listeners call with each connection closed as it was accepted, over a
+    connection limit (listener, the limit's setting, the client's address): metrics on,
+    ``kip848_connections_refused_total{listener, limit}`` (the listener logs it)."""
+
+    def refused(listener: str, limit: str, _address: str) -> None:
+        if metrics is not None:
+            metrics.connections_refused.labels(listener, limit).inc()
+
+    return refused
+
+
 def refusal_observer(metrics: CoordinatorMetrics | None) -> Callable[[Any], None]:
     """What the authorizer calls with each refusal (``Authorizer.on_refused``): one audit line
     (``authorization_refused``: principal, host, client, API, operation, resource) and, metrics

@@ -15,6 +15,7 @@ from .requests import (
     ForwardDone,
     RequestObserver,
     authentication_observer,
+    connection_refusal_observer,
     forwarded_timer,
     refusal_observer,
 )
@@ -32,6 +33,9 @@ class ServeObservability:
 
     def authentication_failed(self) -> Callable[[str, str, str, str], None]:
         return authentication_observer(self.metrics)
+
+    def connection_refused(self) -> Callable[[str, str, str], None]:
+        return connection_refusal_observer(self.metrics)
 
     def authorization_refused(self) -> Callable[[Any], None]:
         return refusal_observer(self.metrics)

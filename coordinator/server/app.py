@@ -21,6 +21,7 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from grpc_health.v1 import health, health_pb2
@@ -35,6 +36,7 @@ from coordinator.security.ssl_principal import SslPrincipalMapper
 from .api import Node
 from .catalog import kafka_api_name, observe_rpcs
 from .cluster import ClusterMember, ClusterSettings
+from .conn_limits import ConnectionLimits
 from .fairness import CallLimit, GroupKeys, limited, process_limit
 from .forwarding import Dispatcher, FrontEndPool
 from .grpc_auth import GrpcAuthenticator
@@ -103,6 +105,8 @@ class ServeOptions:
     kafka_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     kafka_idle_ms: int = DEFAULT_IDLE_MS
     kafka_flow: KafkaFlow = KafkaFlow()  # per-connection limits of the Kafka listener
+    kafka_limits: ConnectionLimits = ConnectionLimits()  # max.connections(.per.ip), Kafka's
+    grpc_limits: ConnectionLimits = ConnectionLimits()  # --max-connections(-per-ip)
     kafka_metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS  # topic feed interval
     kafka_txn_check_ms: int = 30_000  # open transactions checked with the upstream
     kafka_upstream_request_timeout_ms: int = 30_000  # an upstream answer waited for, at most
@@ -169,11 +173,23 @@ class CoordinatorServer:
                 "front ends: grpc.aio (--grpc-transport grpcio, --grpc-processes) takes no "
                 "cipher suites"
             )
+        if options.grpc_limits.limited and (
+            options.grpc_transport != "h2" or options.grpc_processes > 1
+        ):
+            raise ValueError(
+                "--max-connections, --max-connections-per-ip and their overrides need the "
+                "default h2 gRPC server without front ends: grpc.aio (--grpc-transport grpcio, "
+                "--grpc-processes) has no connection limits"
+            )
         # The port is shared with our own front ends only: start() checks that it is free.
         # --max-concurrent-calls is per group (fairness.py); the server refuses past the
         # process's limit before any work.
         self.call_limit = CallLimit(options.max_concurrent_calls)
-        make_server: Any = H2GrpcServer if options.grpc_transport == "h2" else new_grpc_server
+        make_server: Any = (
+            partial(H2GrpcServer, limits=options.grpc_limits)
+            if options.grpc_transport == "h2"
+            else new_grpc_server
+        )
         self.server = make_server(
             size,
             reuseport=options.grpc_processes > 1,
@@ -181,6 +197,9 @@ class CoordinatorServer:
             options=options.grpc_options,
             tls=self.grpc_tls,
         )
+        self.on_connection_refused = None if observers is None else observers.connection_refused()
+        if isinstance(self.server, H2GrpcServer):
+            self.server.quotas.on_refused = self.on_connection_refused
         self.health = health.aio.HealthServicer()
         self.service = CoordinatorService(runtime, authorizer=options.authorizer)
         if observers is not None:
@@ -330,6 +349,7 @@ class CoordinatorServer:
             max_request_bytes=options.kafka_max_request_bytes,
             idle_ms=options.kafka_idle_ms,
             flow=options.kafka_flow,
+            limits=options.kafka_limits,
         )
         upstream = None
         if options.kafka_upstream:
@@ -349,6 +369,7 @@ class CoordinatorServer:
         if self.observers is not None:
             self.kafka.on_forward = self.observers.forwarded(kafka_api_name)
         self.kafka.on_auth_failed = self.on_auth_failed
+        self.kafka.quotas.on_refused = self.on_connection_refused
         for endpoint in self.kafka_endpoints():
             sec = options.security
             security = ListenerSecurity(

@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 import grpc
 from ngh2 import (
-    Configuration,
     Connection,
     ConnectionClosed,
     DataReceived,
@@ -36,6 +35,7 @@ from ngh2 import (
 
 from . import eager
 from .admission import DEFAULT_BUDGET, Admission, ReadTurns
+from .conn_limits import ConnectionQuotas, Slot, admit
 from .fairness import LIMIT_EXCEEDED, NOT_READ
 from .grpc_options import GrpcOptions
 from .grpc_server import AbortCall
@@ -44,6 +44,7 @@ from .h2flow import ARRIVING_CALL_BYTES, StreamLimit, Windows
 from .h2lifetime import INTERNAL_ERROR, NO_ERROR, Lifetime
 from .h2wire import (
     CANCELLED_AT_STOP,
+    SERVER_CONFIG,
     TRAILERS_ONLY,
     Refused,
     decompress,
@@ -79,6 +80,7 @@ class Host(Protocol):
     max_connection_unread_bytes: int
     handshake_timeout_s: float  # the client's SETTINGS by then (``h2lifetime.py``)
     connections: set[H2Connection]
+    quotas: ConnectionQuotas  # the connection limits (``conn_limits.py``)
     group_of: Callable[[str, bytes], Hashable | None] | None
     admission: Admission[Hashable, _Call]
     reads: ReadTurns
@@ -93,10 +95,6 @@ class Host(Protocol):
 
 
 CONNECTION_WINDOW = (1 << 31) - 1
-HEADER_LIST_CAP = 1 << 20
-"""Past this a header list ends its connection (libnghttp2 keeps no more of it); below it, one
-over the announced limit ends only its call. libnghttp2 also caps one field at 64 KiB."""
-MAX_CONTINUATIONS = 64  # CONTINUATION frames after a HEADERS frame: 1 MiB in 16 KiB frames
 RECEIVE_SLICE = 16 << 10
 """Bytes handed to libnghttp2 at a time: what one slice's header blocks decode to (HPACK can
 expand a byte into a 4 KiB table entry) is handled before the next is decoded."""
@@ -111,19 +109,6 @@ HELD_ANSWERS = 1024
 WRITE_BATCH_BYTES = 64 << 10
 """A stream's answers its client's windows let through wait for one flush up to this much; past
 it the writer flushes them before its next message."""
-U64_MAX = (1 << 64) - 1
-_CONFIG = Configuration(
-    # nghttp2's defences against floods stay on but for its limit on the client's RST_STREAMs
-    # (GOAWAY past 1,000 at once): grpc-core has none, and a client whose calls all pass their
-    # deadline together sends as many; what a read starts is bounded (READ_BUDGET) instead.
-    # A connection may carry many calls at once.
-    peer_max_concurrent_streams=1 << 16,
-    auto_window_update=False,  # windows are given back as handlers consume (h2flow.py)
-    max_inbound_header_list_size=HEADER_LIST_CAP,
-    max_inbound_header_count=HEADER_LIST_CAP // 32,  # every field counts 32 bytes more
-    max_continuations=MAX_CONTINUATIONS,
-    stream_reset_rate_limit=(U64_MAX, U64_MAX),  # none (docs/operations.md)
-)
 
 
 class _Call:
@@ -200,9 +185,10 @@ class _Call:
 class H2Connection(asyncio.Protocol):
     """One client connection: bytes in to nghttp2, its events to calls, its bytes out."""
 
-    def __init__(self, server: Host) -> None:
+    def __init__(self, server: Host, slot: Slot | None = None) -> None:
         self.server = server
-        self.h2 = Connection(Role.SERVER, _CONFIG)
+        self.counted = slot  # its count against the connection limits (conn_limits.py)
+        self.h2 = Connection(Role.SERVER, SERVER_CONFIG)
         self.calls: dict[int, _Call] = {}
         self.peer = ""
         self.tls_subject: str | None = None  # the verified client certificate's subject
@@ -233,6 +219,10 @@ class H2Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.counted = admit(self.counted, self.server.quotas, transport)
+        if self.counted is None:  # over a connection limit: closed, nothing read
+            self.closed = True
+            return
         self.peer = format_peer(transport.get_extra_info("peername"))
         if self.server.tls is not None:
             self.tls_subject = peer_subject(transport)
@@ -376,6 +366,8 @@ class H2Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.counted is not None:
+            self.counted.release()
         self._writable.set()
         self._drop_all()
         if self.lifetime is not None:

@@ -51,6 +51,9 @@ docs/operations.md):
 * a client's RST_STREAM, or its connection closing, cancels the call's handler; however many
   streams a client resets, its connection goes on (grpc-core has no limit on them either);
 * keepalive, the ping policy, idle and age limits as grpc-core's (``h2lifetime.py``);
+* Kafka's connection limits, which grpc-core does not have (``limits``: per client IP address,
+  with overrides, and in all; ``conn_limits.py``): a connection over one is closed as it is
+  accepted, before its TLS handshake or anything is read;
 * ``stop(grace)``: no new connections, grpc-core's graceful GOAWAY ("Server shutdown") on every
   connection (streams the client opens after the second are refused, so it retries them
   elsewhere), in-flight calls get ``grace`` seconds, then are cancelled and answered
@@ -83,12 +86,14 @@ import socket
 import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import grpc
 from ngh2 import Setting
 
 from .admission import Admission, ReadTurns
+from .conn_limits import ConnectionLimits, ConnectionQuotas
 from .grpc_options import INFINITE_MS, GrpcOptions
 from .h2conn import READ_BUDGET, H2Connection, _Call, run_call
 from .h2flow import ARRIVING_WINDOWS
@@ -121,6 +126,7 @@ class H2GrpcServer:
         max_concurrent_calls: int = 0,
         options: GrpcOptions | None = None,
         tls: ServerTls | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         options = options or GrpcOptions()
         self.options = options
@@ -154,6 +160,9 @@ class H2GrpcServer:
             0 if options.max_concurrent_streams == INFINITE_MS else options.max_concurrent_streams
         )
         self.connections: set[H2Connection] = set()
+        # connections counted against Kafka's connection limits, as the Kafka listener's
+        # (--max-connections-per-ip, its overrides, --max-connections: ``conn_limits.py``)
+        self.quotas = ConnectionQuotas(limits, "grpc")
         # calls start fairly between groups (group_of: the group a call's request names,
         # fairness.GroupKeys.key), those naming none between connections
         self.group_of: Callable[[str, bytes], Hashable | None] | None = None
@@ -239,7 +248,7 @@ class H2GrpcServer:
         for sock in self._sockets:
             server: Any
             if self.tls is not None:
-                server = self.tls.serve([sock], lambda: H2Connection(self))
+                server = self.tls.serve([sock], partial(H2Connection, self), self.quotas)
             else:
                 server = await loop.create_server(
                     lambda: H2Connection(self), sock=sock, backlog=LISTEN_BACKLOG

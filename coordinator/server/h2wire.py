@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from ngh2 import Configuration
 
 OK = b"0"
 TRAILERS_ONLY = ((b":status", b"200"), (b"content-type", b"application/grpc"))
@@ -65,6 +66,27 @@ _GRPC_CORE_KEY_ORDER = {
     )
 }
 """The keys grpc-core's metadata batch knows, in its order; the others follow as they came."""
+
+
+# libnghttp2's configuration of the server's connections (``h2conn.py``).
+HEADER_LIST_CAP = 1 << 20
+"""Past this a header list ends its connection (libnghttp2 keeps no more of it); below it, one
+over the announced limit ends only its call. libnghttp2 also caps one field at 64 KiB."""
+MAX_CONTINUATIONS = 64  # CONTINUATION frames after a HEADERS frame: 1 MiB in 16 KiB frames
+U64_MAX = (1 << 64) - 1
+SERVER_CONFIG = Configuration(
+    # nghttp2's defences against floods stay on but for its limit on the client's RST_STREAMs
+    # (GOAWAY past 1,000 at once): grpc-core has none, and a client whose calls all pass their
+    # deadline together sends as many; what a read starts is bounded (h2conn.READ_BUDGET)
+    # instead. A connection may carry many calls at once.
+    peer_max_concurrent_streams=1 << 16,
+    auto_window_update=False,  # windows are given back as handlers consume (h2flow.py)
+    max_inbound_header_list_size=HEADER_LIST_CAP,
+    max_inbound_header_count=HEADER_LIST_CAP // 32,  # every field counts 32 bytes more
+    max_continuations=MAX_CONTINUATIONS,
+    stream_reset_rate_limit=(U64_MAX, U64_MAX),  # none (docs/operations.md)
+)
+"""libnghttp2's configuration of each server connection."""
 
 
 class Refused(Exception):

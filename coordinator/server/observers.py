@@ -18,6 +18,10 @@ AuthenticationFailed = Callable[[str, str, str, str], None]
 """Called with (listener, mechanism, peer, reason) for each client refused before it
 authenticated (the gRPC servicers, TLS handshakes, the Kafka listener)."""
 
+ConnectionRefused = Callable[[str, str, str], None]
+"""Called with (listener, the limit's setting, the client's IP address) for each connection
+closed as it was accepted because it was over a connection limit (``conn_limits.py``)."""
+
 ForwardTimer = Callable[[int], Callable[[bool, bool], None]]
 """The Kafka listener's ``on_forward``: called with the API key of a request forwarded to the
 upstream; what it returns is called with (answered, timed out): (True, False) once the answer
@@ -43,6 +47,10 @@ class ServeObservers(Protocol):
 
     def authentication_failed(self) -> AuthenticationFailed:
         """What the transports call with each client refused before it authenticated."""
+        ...
+
+    def connection_refused(self) -> ConnectionRefused:
+        """What the listeners call with each connection refused by a connection limit."""
         ...
 
     def authorization_refused(self) -> Callable[[Any], None]:

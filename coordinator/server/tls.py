@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from .conn_limits import ConnectionQuotas, Slot
+
 log = logging.getLogger("kip848.tls")
 
 PROTOCOL_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
@@ -407,12 +409,18 @@ class ServerTls:
         return self.files.client_auth
 
     def serve(
-        self, sockets: Sequence[socket.socket], make: Callable[[], asyncio.Protocol]
+        self,
+        sockets: Sequence[socket.socket],
+        make: Callable[[Slot | None], asyncio.Protocol],
+        quotas: ConnectionQuotas | None = None,
     ) -> TlsServer:
         """Accept connections on the listening ``sockets`` (bound, listening, non-blocking):
-        each is upgraded to TLS with the context current then, and handed to ``make()``'s
-        protocol once the handshake is done (its ``connection_made`` gets the TLS transport)."""
-        server = TlsServer(self, sockets, make)
+        each is upgraded to TLS with the context current then, and handed to ``make(slot)``'s
+        protocol once the handshake is done (its ``connection_made`` gets the TLS transport).
+        ``quotas``: the listener's connection limits, counted as a connection is accepted,
+        before its handshake (refused: closed at once); ``slot`` is its count, which the
+        protocol releases when it is closed, and this server if the handshake fails."""
+        server = TlsServer(self, sockets, make, quotas)
         server.start()
         return server
 
@@ -468,11 +476,13 @@ class TlsServer:
         self,
         tls: ServerTls,
         sockets: Sequence[socket.socket],
-        make: Callable[[], asyncio.Protocol],
+        make: Callable[[Slot | None], asyncio.Protocol],
+        quotas: ConnectionQuotas | None = None,
     ) -> None:
         self.tls = tls
         self.sockets = list(sockets)
         self.make = make
+        self.quotas = quotas
         self.handshakes: set[asyncio.Task[None]] = set()
         self._loop = asyncio.get_running_loop()
         self._serving = False
@@ -507,8 +517,14 @@ class TlsServer:
                     "Accepting a connection on the %s listener failed: %s", self.tls.name, exc
                 )
                 return
+            slot = None
+            if self.quotas is not None:
+                slot = self.quotas.take(address)
+                if slot is None:  # over a connection limit: closed before anything is read
+                    conn.close()
+                    continue
             conn.setblocking(False)
-            task = self._loop.create_task(self._handshake(conn, address))
+            task = self._loop.create_task(self._handshake(conn, address, slot))
             self.handshakes.add(task)
             task.add_done_callback(self.handshakes.discard)
 
@@ -516,12 +532,12 @@ class TlsServer:
         if self._serving:
             self._loop.add_reader(sock.fileno(), self._accept, sock)
 
-    async def _handshake(self, conn: socket.socket, address: Any) -> None:
+    async def _handshake(self, conn: socket.socket, address: Any, slot: Slot | None) -> None:
         tls = self.tls
         peer = f"{address[0]}:{address[1]}" if isinstance(address, tuple) else str(address)
         try:
             await self._loop.connect_accepted_socket(
-                self.make,
+                lambda: self.make(slot),
                 conn,
                 ssl=tls.context,
                 ssl_handshake_timeout=tls.handshake_timeout_s,
@@ -529,6 +545,12 @@ class TlsServer:
         except (OSError, ssl.SSLError, EOFError, TimeoutError) as exc:
             tls.handshake_failed(peer, exc)
             conn.close()
+            if slot is not None:  # the protocol never had the connection: its count is ours
+                slot.release()
+        except BaseException:  # cancelled (the listener closing): likewise
+            if slot is not None:
+                slot.release()
+            raise
 
     def close(self) -> None:
         """Stop accepting (connections already made stay; handshakes under way are dropped)."""

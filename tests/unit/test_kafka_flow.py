@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,6 @@ from typing import Any
 import pytest
 
 from coordinator.cli import main
-from coordinator.server.kafka import listener as listener_module
 from coordinator.server.kafka import wire
 from coordinator.server.kafka.listener import (
     FRAMES_PER_TURN,
@@ -150,7 +150,7 @@ def test_the_limits_are_configured_by_their_names() -> None:
         }
     ) == KafkaFlow(
         queued_max_requests=16,
-        queued_max_request_bytes=listener_module.sys.maxsize,
+        queued_max_request_bytes=sys.maxsize,
         max_unsent_bytes=65536,
     )
     with pytest.raises(ValueError, match="queued.max.requests must be at least 1, got 0"):

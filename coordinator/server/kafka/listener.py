@@ -15,7 +15,9 @@ UNSUPPORTED_VERSION and ApiVersions' own range (Kafka's KIP-511 answer); any oth
 key or unsupported version, a frame whose header or body does not decode, a size below 0 or
 above ``max_request_bytes`` (``socket.request.max.bytes``) closes that connection (logged, never
 a crash) once the requests read before it are answered, as Kafka answers them; a connection with nothing in flight and nothing received for ``idle_ms``
-(``connections.max.idle.ms``) is closed. Other connections are not affected.
+(``connections.max.idle.ms``) is closed. Other connections are not affected. A connection
+past Kafka's connection limits (``max.connections.per.ip``, its overrides, ``max.connections``:
+``conn_limits.py``) is closed as it is accepted, before anything is read.
 
 Flow control (``KafkaFlow``), so that no client can take the loop or the memory of all: a
 connection reads frames while it has fewer than ``queued.max.requests`` requests unanswered,
@@ -44,31 +46,31 @@ import collections
 import contextvars
 import logging
 import socket
-import sys
 import time
-from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from coordinator.security.principal import ANONYMOUS, KafkaPrincipal
 
 from ..admission import Admission
 from ..api import Caller, Node
+from ..conn_limits import ConnectionQuotas, admit
+from ..conn_limits import Slot as Counted
 from ..eager import Resume
 from ..service import CoordinatorService
 from ..tls import keep_alive, listening_sockets, peer_subject
 from . import admin_guard, apis, fetch_guard, sasl_gate, topic_guard, txn_guard, wire
 from . import sasl as sasl_api
+from .options import DEFAULT_IDLE_MS as DEFAULT_IDLE_MS
+from .options import DEFAULT_MAX_REQUEST_BYTES as DEFAULT_MAX_REQUEST_BYTES
+from .options import KafkaFlow as KafkaFlow
+from .options import KafkaOptions
 from .security import ListenerSecurity
 from .served import KafkaApis, TransactionServer
 from .upstream.interfaces import Forwarder, UpstreamTimedOut
 
 log = logging.getLogger("kip848.kafka")
 
-DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
-DEFAULT_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
-DEFAULT_QUEUED_MAX_REQUESTS = 500  # Kafka's queued.max.requests (per connection here)
-DEFAULT_MAX_UNSENT_BYTES = 1024 * 1024  # kafka.connection.max.unsent.bytes
 FRAMES_PER_TURN = 64
 TURN_S = 0.002
 ACL_WAIT_S = 0.01
@@ -78,51 +80,6 @@ ACL_WAIT_S = 0.01
 GUARD_RULES = {**admin_guard.RULES, **txn_guard.RULES}
 """In front of a broker the listener authorizes for: each forwarded API's rule, except the
 data APIs' (``topic_guard.GUARDED``)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KafkaFlow:
-    """Per-connection limits (docs/kafka.md, "Per-connection limits"): while one is reached,
-    the connection's reading is paused."""
-
-    queued_max_requests: int = DEFAULT_QUEUED_MAX_REQUESTS
-    """``queued.max.requests``: a connection's requests read and not yet answered, at most."""
-    queued_max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    """``queued.max.request.bytes``: a connection's requests read and waiting for their turn
-    (behind a request being served), in bytes, at most (one is always read)."""
-    max_unsent_bytes: int = DEFAULT_MAX_UNSENT_BYTES
-    """``kafka.connection.max.unsent.bytes``: answers written and not yet taken by the client
-    (or requests by the upstream) beyond which nothing more is read from the connection;
-    reading resumes below a quarter of it."""
-
-    NAMES = {
-        "queued.max.requests": ("queued_max_requests", 1),
-        "queued.max.request.bytes": ("queued_max_request_bytes", 1024),
-        "kafka.connection.max.unsent.bytes": ("max_unsent_bytes", 1024),
-    }
-    """config name -> (field, least value)."""
-
-    @classmethod
-    def from_settings(cls, settings: Mapping[str, str]) -> KafkaFlow:
-        """From the server's settings (config name -> value); ValueError naming the setting.
-        ``queued.max.request.bytes=-1`` is Kafka's "no bound"."""
-        values = {}
-        for name, (field, least) in cls.NAMES.items():
-            if name in settings:
-                value = int(settings[name])
-                if value == -1 and name == "queued.max.request.bytes":
-                    value = sys.maxsize
-                elif value < least:
-                    raise ValueError(f"{name} must be at least {least}, got {value}")
-                values[field] = value
-        return cls(**values)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KafkaOptions:
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    idle_ms: int = DEFAULT_IDLE_MS
-    flow: KafkaFlow = KafkaFlow()
 
 
 class Slot:
@@ -161,6 +118,9 @@ class KafkaListener:
         self.nodes: dict[int, Node] = {}  # bound port -> the node it is
         self.security: dict[int, ListenerSecurity] = {}  # bound port -> its security
         self.connections: set[KafkaConnection] = set()
+        self.quotas = ConnectionQuotas(self.options.limits, "kafka")
+        """Connections counted against ``max.connections.per.ip`` and ``max.connections``, on
+        every port (``conn_limits.py``); its ``on_refused`` is the metrics'."""
         self.served = KafkaApis(self)
         """The requests served here (``served.py``)."""
         self._idle_task: asyncio.Task[None] | None = None
@@ -192,7 +152,7 @@ class KafkaListener:
         server: Any
         if security is not None and security.tls is not None:
             sockets = listening_sockets(host, port, socket.SOMAXCONN)
-            server = security.tls.serve(sockets, lambda: KafkaConnection(self))
+            server = security.tls.serve(sockets, self._connection, self.quotas)
         else:
             server = await loop.create_server(
                 lambda: KafkaConnection(self),
@@ -240,12 +200,15 @@ class KafkaListener:
             return
         server: Any
         if security is not None and security.tls is not None:
-            server = security.tls.serve([sock], lambda: KafkaConnection(self))
+            server = security.tls.serve([sock], self._connection, self.quotas)
         else:
             server = await asyncio.get_running_loop().create_server(
                 lambda: KafkaConnection(self), sock=sock, backlog=socket.SOMAXCONN
             )
         self.servers.append(server)
+
+    def _connection(self, slot: Counted | None) -> KafkaConnection:
+        return KafkaConnection(self, slot)
 
     def set_node(self, port: int, node: Node) -> None:
         self.nodes[port] = node
@@ -282,8 +245,9 @@ Work = tuple[Slot, int, int, int, "str | None", bytes, int]
 class KafkaConnection(asyncio.Protocol):
     """One client connection (see the module doc)."""
 
-    def __init__(self, listener: KafkaListener) -> None:
+    def __init__(self, listener: KafkaListener, slot: Counted | None = None) -> None:
         self.listener = listener
+        self.counted = slot  # its count against the connection limits (conn_limits.py)
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.slots: collections.deque[Slot] = collections.deque()
@@ -319,6 +283,10 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.counted = admit(self.counted, self.listener.quotas, transport)
+        if self.counted is None:  # over a connection limit: closed, nothing read
+            self.closed = True
+            return
         keep_alive(transport)
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
@@ -352,6 +320,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.counted is not None:
+            self.counted.release()
         self.listener.connections.discard(self)
         for slot in self.slots:
             observed = slot.observed
