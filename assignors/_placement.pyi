@@ -2,6 +2,8 @@
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
+SOURCE: str
+
 def deal(
     node: bytes,
     quota: int,

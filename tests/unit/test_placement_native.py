@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import copy
 import gc
+import hashlib
 import random
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 from typing import TypeVar
 
@@ -43,10 +45,15 @@ def _tally_python(data: bytes) -> dict[int, int]:
 
 def test_the_kernels_are_built_and_used() -> None:
     """pip builds the extension (setup.py): a tree without it would run the Python references
-    silently, at their speed."""
+    silently, at their speed; a build older than its source would test old kernels."""
     assert native is not None
     assert native.__file__.endswith(".so")
     assert _tally(b"\x02\x00\x02") == {0: 1, 2: 2}
+    source = Path(racks_range.__file__).with_name("_placement.c").read_bytes()
+    assert hashlib.sha256(source).hexdigest() == native.SOURCE, (
+        "assignors/_placement.c changed since the module was built: "
+        "rebuild it with `.venv/bin/pip install --no-deps -e .`"
+    )
 
 
 @st.composite
