@@ -594,9 +594,26 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+#ifndef PLACEMENT_SOURCE
+#define PLACEMENT_SOURCE ""  /* built without setup.py */
+#endif
+
+static int
+exec_module(PyObject *m)
+{
+    /* SOURCE: the SHA-256 of the source this was built from (setup.py), to tell a stale build */
+    return PyModule_AddStringConstant(m, "SOURCE", PLACEMENT_SOURCE);
+}
+
+static PyModuleDef_Slot slots[] = {
+    {Py_mod_exec, exec_module},
+    {0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "assignors._placement",
     "C kernels of rack-aware placement (assignors/racks_range.py, racks_uniform.py, plan.py).", 0, methods,
+    slots,
 };
 
 PyMODINIT_FUNC
