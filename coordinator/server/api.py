@@ -45,9 +45,10 @@ class Caller:
     call it forwarded (its ``time.monotonic()``; None: the call starts here), and
     ``trace_metadata``, the call's metadata when it carries a W3C ``traceparent`` (read only
     while tracing is on; None: none, or tracing off). While tracing is on, a gRPC call whose
-    client id and address were not otherwise needed leaves them unread (``client_id`` and
-    ``client_host`` empty) and ``identify`` reads them: only a traced request's span names
-    them (:meth:`identity`).
+    client id was not otherwise needed leaves it unread (``client_id`` empty) and
+    ``identify`` reads it: only a traced request's span names it (:meth:`identity`).
+    ``client_host`` is every call's, on every transport: each authorization decision of the
+    call matches ACL hosts against it, one made after the call started included.
 
     ``principal``: who sent it, as the transport authenticated it (``User:ANONYMOUS`` when it
     did not): what the authorizer decides on (``coordinator/security``)."""

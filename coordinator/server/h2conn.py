@@ -47,6 +47,7 @@ from .h2wire import (
     SERVER_CONFIG,
     TRAILERS_ONLY,
     Refused,
+    client_host,
     decompress,
     format_peer,
     is_grpc,
@@ -191,6 +192,7 @@ class H2Connection(asyncio.Protocol):
         self.h2 = Connection(Role.SERVER, SERVER_CONFIG)
         self.calls: dict[int, _Call] = {}
         self.peer = ""
+        self.client_host = ""  # the peer as ACL hosts are matched (every call's Caller)
         self.tls_subject: str | None = None  # the verified client certificate's subject
         self.transport: asyncio.Transport | None = None
         self.last_stream_id = 0
@@ -223,7 +225,8 @@ class H2Connection(asyncio.Protocol):
         if self.counted is None:  # over a connection limit: closed, nothing read
             self.closed = True
             return
-        self.peer = format_peer(transport.get_extra_info("peername"))
+        peername = transport.get_extra_info("peername")
+        self.peer, self.client_host = format_peer(peername), client_host(peername)
         if self.server.tls is not None:
             self.tls_subject = peer_subject(transport)
         sock = transport.get_extra_info("socket")

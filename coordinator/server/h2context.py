@@ -16,7 +16,7 @@ from .grpc_server import AbortCall, undecodable
 class ContextCall(Protocol):
     """What a context reads of its call (``h2conn._Call``) and its connection."""
 
-    conn: Any  # h2conn.H2Connection: peer, tls_subject, server.tls, write_message
+    conn: Any  # h2conn.H2Connection: peer, client_host, tls_subject, server.tls, write_message
     handler: grpc.RpcMethodHandler
     metadata: tuple[tuple[str, Any], ...]
     group: Hashable | None | object
@@ -42,6 +42,11 @@ class H2Context:
 
     def peer(self) -> str:
         return self._call.conn.peer
+
+    def client_host(self) -> str:
+        """The peer as Kafka shows a ClientHost (``/127.0.0.1``), known since the connection
+        was made: every call's :class:`~.api.Caller` carries it (host ACLs)."""
+        return self._call.conn.client_host
 
     def peer_subject(self) -> str | None:
         """The verified client certificate's subject (TLS with a client certificate)."""

@@ -317,6 +317,19 @@ def format_peer(address: Any) -> str:
     return f"unix:{address}" if address else ""
 
 
+def client_host(address: Any) -> str:
+    """The peer's address as Kafka shows a ClientHost and ACLs name hosts (``/127.0.0.1``,
+    ``/::1``; an IPv4 client of a dual-stack socket is its IPv4 address, as Java sees it): what
+    ``services.client_host_of`` reads of grpc's peer string (:func:`format_peer`), worked out
+    once per connection."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host = str(address[0])
+        if host.startswith("::ffff:") and "." in host:
+            host = host[7:]
+        return "/" + host
+    return f"/unix:{address}" if address else ""
+
+
 def b64decode(value: bytes) -> bytes:
     """A ``-bin`` metadata value (base64, padding optional)."""
     return base64.b64decode(value + b"=" * (-len(value) % 4), validate=True)

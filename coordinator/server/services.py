@@ -45,6 +45,7 @@ from .api import Caller, Node, WatchRequest
 from .authorization import GROUP
 from .forwarding import ForwardedContext
 from .grpc_auth import Unauthenticated
+from .h2context import H2Context
 from .rpc import ShuttingDown
 from .service import CoordinatorService
 
@@ -108,9 +109,12 @@ def identity_of(context: grpc.aio.ServicerContext) -> tuple[str, str]:
 
 def client_host_of(context: grpc.aio.ServicerContext) -> str:
     """The peer address shown like Kafka's ClientHost (``/127.0.0.1``, ``/::1``): what ACL
-    hosts are compared with. grpc-core writes an IPv6 peer's brackets URL-encoded
-    (``ipv6:%5B::1%5D:5555``); an IPv4 client of an IPv6 socket is its IPv4 address, as Java
-    sees it."""
+    hosts are compared with. Our h2 server worked it out when the connection was made
+    (``H2Context.client_host``); otherwise it is read of grpc's peer string. grpc-core writes
+    an IPv6 peer's brackets URL-encoded (``ipv6:%5B::1%5D:5555``); an IPv4 client of an IPv6
+    socket is its IPv4 address, as Java sees it."""
+    if type(context) is H2Context:
+        return context.client_host()
     peer = context.peer() or ""
     kind, _, rest = peer.partition(":")
     if kind == "ipv4":
@@ -171,27 +175,35 @@ class GrpcServicer:
         self.address = address
 
     def caller(self, context: grpc.aio.ServicerContext, identity: bool) -> Caller:
-        """Who sends the call; with ``identity``, its client id and address (and, tracing on,
-        its trace context: one read of the call's metadata for both). Without ``identity``,
-        tracing on: its trace context, and ``identify`` to read its client id and address
-        should it be traced. A call a front end forwarded carries when the front end received
-        it."""
+        """Who sends the call, from where: its principal and its address, always (every
+        authorization decision of the call may need the host, even one made after ACLs were
+        first created while the call ran: a ConsumerGroupDescribe's topics, a ListGroups'
+        filter). With ``identity``, its client id too (and, tracing on, its trace context: one
+        read of the call's metadata for both). Without ``identity``, tracing on: its trace
+        context, and ``identify`` to read its client id should it be traced. A call a front
+        end forwarded carries when the front end received it."""
         node = None
         if self.address is not None:
             host, port = self.address()
             node = Node(node_id=NODE_ID, host=host, port=port)
         received = context.received if type(context) is ForwardedContext else None
         principal = self.principal_of(context)
+        host = client_host_of(context)
         observer = self.service.observer
         traced = observer is not None and observer.wants_trace_context()
         if not identity:
             if not traced:
                 return Caller(
-                    node=node, abort_when_closing=True, received=received, principal=principal
+                    client_host=host,
+                    node=node,
+                    abort_when_closing=True,
+                    received=received,
+                    principal=principal,
                 )
             # Tracing on: the caller's trace context is looked for on every call, its client
-            # id and address read only for a request that is traced (its span names them).
+            # id read only for a request that is traced (its span names it).
             return Caller(
+                client_host=host,
                 node=node,
                 abort_when_closing=True,
                 received=received,
@@ -202,7 +214,7 @@ class GrpcServicer:
         client_id, trace_metadata = identity_in(context.invocation_metadata() or (), traced)
         return Caller(
             client_id=client_id,
-            client_host=client_host_of(context),
+            client_host=host,
             node=node,
             abort_when_closing=True,
             received=received,
@@ -220,10 +232,10 @@ class GrpcServicer:
             raise  # abort raises; never reached
 
     async def run(self, row: Rpc, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        # Audited (admin) RPCs and every RPC while ACLs are in force (a decision may need the
-        # host; a refusal's audit line names the client id and address, as Kafka's authorizer
-        # logs them) need the client id and address; a traced request's span reads them
-        # itself (Caller.identify).
+        # Every call carries its address (a decision may need the host, whenever it is made).
+        # Audited (admin) RPCs and every RPC while ACLs are in force (a refusal's audit line
+        # names the client id, as Kafka's authorizer logs it) need the client id too; a traced
+        # request's span reads it itself (Caller.identify).
         identity = row.needs_identity or row.audit or not self.service.authorizer.open
         caller = await self.authenticated_caller(context, identity)
         try:

@@ -335,6 +335,22 @@ def test_timeouts_and_peers_parse_like_grpc() -> None:
     assert format_peer(("::1", 7, 0, 0)) == "ipv6:[::1]:7"
 
 
+def test_a_connection_s_client_host_is_what_grpc_s_peer_string_gives() -> None:
+    """Our server works out a call's ClientHost once per connection (``h2wire.client_host``);
+    grpc.aio's calls read it of the peer string (``services.client_host_of``): the same."""
+    from types import SimpleNamespace
+
+    from coordinator.server.h2wire import client_host
+    from coordinator.server.services import client_host_of
+
+    addresses: list[Any] = [("127.0.0.1", 5), ("::ffff:10.0.0.1", 6, 0, 0), ("::1", 7, 0, 0)]
+    hosts = [client_host(a) for a in [*addresses, "/tmp/s", None]]
+    assert hosts == ["/127.0.0.1", "/10.0.0.1", "/::1", "/unix:/tmp/s", ""]
+    for address in [*addresses, "/tmp/s", None]:
+        context = SimpleNamespace(peer=lambda a=address: format_peer(a))
+        assert client_host_of(context) == client_host(address)  # type: ignore[arg-type]
+
+
 def test_a_busy_port_is_an_oserror() -> None:
     first = H2GrpcServer(MAX_BYTES)
     port = first.add_insecure_port("127.0.0.1:0")

@@ -156,9 +156,10 @@ def test_identity_in_reads_the_client_id_and_the_trace_context_in_one_pass() -> 
 
 
 def test_tracing_on_a_call_s_identity_is_read_only_when_its_span_needs_it() -> None:
-    """Tracing on, a heartbeat (nothing else needs who sends it) gets its trace context from
-    the call's metadata, but its client id and address only when asked (a traced request's
-    span names them: ``Caller.identity()``); with tracing off neither is looked for."""
+    """Tracing on, a heartbeat (nothing else needs its client id) gets its trace context from
+    the call's metadata, but its client id only when asked (a traced request's span names it:
+    ``Caller.identity()``); with tracing off neither is looked for. Its address is read at
+    once, always: any authorization decision of the call may match an ACL's host."""
     from types import SimpleNamespace
 
     from coordinator.server.forwarding import ForwardedContext
@@ -178,9 +179,9 @@ def test_tracing_on_a_call_s_identity_is_read_only_when_its_span_needs_it() -> N
     servicer.service = SimpleNamespace(observer=tracing_on)  # type: ignore[assignment]
     with_parent = Context((("client-id", "app"), traced), "ipv4:10.0.0.7:5")
     caller = servicer.caller(with_parent, identity=False)
-    assert (caller.client_id, caller.client_host, reads) == ("", "", [])
+    assert (caller.client_id, caller.client_host, reads) == ("", "/10.0.0.7", ["peer"])
     assert caller.trace_metadata == (("client-id", "app"), traced)
-    assert caller.identity() == ("app", "/10.0.0.7") and reads == ["peer"]
+    assert caller.identity() == ("app", "/10.0.0.7")
     plain = servicer.caller(Context((("client-id", "app"),), "ipv4:10.0.0.7:5"), identity=False)
     assert plain.trace_metadata is None
     # What needs the identity anyway (identity=True) reads it at once, the trace context too.
@@ -189,4 +190,4 @@ def test_tracing_on_a_call_s_identity_is_read_only_when_its_span_needs_it() -> N
     assert eager.trace_metadata is not None and eager.identity() == ("app", "/10.0.0.7")
     servicer.service = SimpleNamespace(observer=None)  # type: ignore[assignment]
     off = servicer.caller(with_parent, identity=False)
-    assert (off.trace_metadata, off.identify, off.identity()) == (None, None, ("", ""))
+    assert (off.trace_metadata, off.identify, off.identity()) == (None, None, ("", "/10.0.0.7"))
