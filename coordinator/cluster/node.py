@@ -7,8 +7,9 @@ Theory of operation:
   broker restarting with its id waits for its old session), at most ``start_timeout_s``. A
   process that finds its id taken by another one (it was stopped or cut off past its
   registration meanwhile), or whose heartbeat reads the store gone back in time (restored
-  from a backup: :func:`~.view.went_back`), is *fenced* for good: it drops everything and its
-  health listeners are told; the server exits then (``ClusterMember.gone``).
+  from a backup) or at another schema version (migrated by a newer build:
+  :func:`~.view.store_changed`), is *fenced* for good: it drops everything and its health
+  listeners are told; the server exits then (``ClusterMember.gone``).
 * **Heartbeats.** Every ``heartbeat_ms`` one transaction (one round trip,
   :meth:`PostgresLeases.tick`) extends the registration, renews the leases held, takes the
   partitions the controller targeted at this node that are free, takes or keeps the
@@ -82,7 +83,7 @@ from coordinator.runtime.store.postgres_leases import (
     TickResult,
 )
 
-from .view import ClusterView, went_back
+from .view import ClusterView, store_changed
 
 __all__ = ["ClusterConfig", "ClusterNode", "NodeStartError", "PartitionHost"]
 
@@ -498,13 +499,9 @@ class ClusterNode:
             self._lose_all(self.fenced)
             self._health_changed()
             return
-        back = went_back(tick.state, held, applied, written, tick.log_ends)
-        if back is not None:
-            self.fenced = (
-                f"the store in PostgreSQL went back in time ({back}: restored from a backup, "
-                "or a standby that lacked commits promoted); this node holds state the store "
-                "no longer has"
-            )
+        changed = store_changed(tick.state, held, applied, written, tick.log_ends)
+        if changed is not None:
+            self.fenced = changed
             log.critical("%s: this node stops serving and exits.", self.fenced)
             self._lose_all(self.fenced)
             self._health_changed()

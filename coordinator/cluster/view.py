@@ -12,8 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from coordinator.runtime.store.postgres_leases import ClusterState
+from coordinator.runtime.store.postgres_schema import schema_changed
 
-__all__ = ["ClusterView", "NodeAddress", "split_address", "went_back"]
+__all__ = ["ClusterView", "NodeAddress", "split_address", "store_changed", "went_back"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +107,25 @@ def went_back(
                 f"{written[p]} this node wrote"
             )
     return None
+
+
+def store_changed(
+    state: ClusterState,
+    held: Mapping[int, int],
+    applied: int,
+    written: Mapping[int, int],
+    ends: Mapping[int, int],
+) -> str | None:
+    """Why this node must stop for good after a heartbeat's read, or None: the store at
+    another schema version than the one it opened (:func:`.postgres_schema.schema_changed`:
+    checked first, the other reads may mean something else in another layout), or gone back in
+    time (:func:`went_back`)."""
+    why = schema_changed(state.schema_version)
+    back = None if why is not None else went_back(state, held, applied, written, ends)
+    if back is not None:
+        why = (
+            f"the store in PostgreSQL went back in time ({back}: restored from a backup, "
+            "or a standby that lacked commits promoted); this node holds state the store "
+            "no longer has"
+        )
+    return why

@@ -92,7 +92,7 @@ class ClusterMember:
         self.gone = asyncio.Event()
         """Set when this node stopped for good: another process took its node id while this
         one could not renew its registration (paused, cut off from PostgreSQL), or the store
-        went back in time under it (restored from a backup: ``view.went_back``). It leads
+        went back in time or changed schema under it (``view.store_changed``). It leads
         nothing and no longer follows the cluster, so it would answer FindCoordinator, Metadata
         and the cluster log's reads from a view that only gets older: the server exits (code 1)
         rather than go on (docs/ha.md "Failure modes")."""

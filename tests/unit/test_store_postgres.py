@@ -680,3 +680,80 @@ def test_an_earlier_process_leaving_does_not_free_the_controller_its_node_id_hol
         assert controller() == (None, 2, None)
     finally:
         leases.close()
+
+
+def test_schema_changed_stops_a_node_at_any_other_version_than_its_own() -> None:
+    """The check a node's heartbeat runs on the version it read (the pure seam): its own goes
+    on; a newer one names both versions and says to upgrade; an older or unreadable one (no
+    build migrates down) says the store is not the one it opened."""
+    from coordinator.runtime.store.postgres_schema import SCHEMA_VERSION, schema_changed
+
+    assert SCHEMA_VERSION == 2
+    assert schema_changed(2) is None
+    assert schema_changed(3) == (
+        "the store in PostgreSQL is at schema version 3, newer than this build's 2 (a node of "
+        "a newer build migrated it); this node can neither read nor write it: upgrade this "
+        "node to that build"
+    )
+    assert schema_changed(1) == (
+        "the store in PostgreSQL is at schema version 1, not the 2 this node opened it at "
+        "(restored from a backup of an older schema, or kip848_meta edited): it is not the "
+        "store this node opened"
+    )
+    assert schema_changed(-1) == (
+        "the store in PostgreSQL is at no readable schema version, not the 2 this node opened "
+        "it at (restored from a backup of an older schema, or kip848_meta edited): it is not "
+        "the store this node opened"
+    )
+
+
+def test_a_store_migrated_by_a_newer_build_under_an_open_writer_takes_none_of_its_writes(
+    pg_dsn: str,
+) -> None:
+    """A writer of this build opened the store; a newer build's migration (the journal locked,
+    then the version set) runs under it. Its appends, fenced or not, and its write probe are
+    refused with the versions (nothing written), and a heartbeat's read carries the new
+    version (one column more of a statement the tick already runs); a version set back to 2
+    lets it write again, one not a number reads as -1. Before, the appends landed in the layout
+    the newer build no longer has."""
+    from coordinator.runtime.store import Fence
+    from coordinator.runtime.store.postgres_leases import PostgresLeases
+
+    store = PostgresRecordStore(pg_dsn, partitions=P)
+    leases = PostgresLeases(pg_dsn, where="test")
+    assert leases.acquire(1, [G], lease_ms=10_000) == {G: 1}
+    assert store.append([put(b"k0")], 1, fence=Fence(1, {G: 1})) == {G: 0}
+
+    def set_version(value: str) -> None:
+        with psycopg.connect(pg_dsn) as conn:
+            conn.execute("LOCK TABLE kip848_journal, kip848_compacted IN SHARE MODE")
+            conn.execute(
+                "UPDATE kip848_meta SET value = %s WHERE name = 'schema_version'", (value,)
+            )
+
+    set_version("3")
+    refused = (
+        f"append to {dsn_for_log(pg_dsn)} refused: kip848 store schema version 3 is not this "
+        "build's 2"
+    )
+    for fence in (Fence(1, {G: 1}), None):
+        with pytest.raises(StoreWriteError) as info:
+            store.append([put(b"k1")], 2, fence=fence)
+        assert str(info.value) == refused
+    with pytest.raises(StoreWriteError) as info:
+        store.probe_write()
+    assert str(info.value) == (
+        f"write probe of {dsn_for_log(pg_dsn)} failed: kip848 store schema version 3 is not "
+        "this build's 2"
+    )
+    assert leases.state().schema_version == 3
+    assert [e.key for e in store.journal(G)] == [b"k0"]
+    set_version("x")
+    assert leases.state().schema_version == -1
+    set_version("2")
+    assert leases.state().schema_version == 2
+    store.probe_write()
+    assert store.append([put(b"k1")], 2, fence=Fence(1, {G: 1})) == {G: 1}
+    assert [e.key for e in store.journal(G)] == [b"k0", b"k1"]
+    store.close()
+    leases.close()

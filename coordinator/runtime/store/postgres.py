@@ -67,6 +67,7 @@ from .api import (
 from .postgres_rows import Rows, landed
 from .postgres_schema import (
     FENCED,
+    SCHEMA_GATE,
     check_version,
     connect_options,
     create_schema,
@@ -74,6 +75,7 @@ from .postgres_schema import (
     ensure_fence_function,
     migrate,
     read_meta,
+    schema_refusal,
     scrub,
 )
 
@@ -354,6 +356,8 @@ class PostgresRecordStore:
                             f"append to {self.where} fenced off: {_one_line(e)}",
                             frozenset(int(p) for p in detail if p),
                         ) from e
+                    if (why := schema_refusal(e)) is not None:  # another build migrated it
+                        raise StoreWriteError(f"append to {self.where} refused: {why}") from e
                     if broken and attempt == 1:
                         # Nothing was committed (no COMMIT was sent): the connection was stale
                         # (PostgreSQL restarted since it was used); once more on a new one.
@@ -387,7 +391,7 @@ class PostgresRecordStore:
     def _write(conn: psycopg.Connection[Any], rows: Rows) -> int:
         """Everything of the batch but its COMMIT (one statement: see ``_GATE_FENCE``);
         returns the transaction id."""
-        gate = ["SELECT 1"]
+        gate = [f"SELECT {SCHEMA_GATE}"]
         params: list[Any] = []
         if rows.fence is not None:
             gate.append(_GATE_FENCE)
@@ -509,12 +513,14 @@ class PostgresRecordStore:
             conn = self._writer()
             try:
                 conn.execute(
-                    "UPDATE kip848_meta SET value = %s WHERE name = 'write_probe'",
+                    "UPDATE kip848_meta SET value = %s WHERE name = 'write_probe'"
+                    f" AND {SCHEMA_GATE} = 1",
                     (str(time.time_ns()),),
                 )
             except psycopg.Error as e:
                 self._abandon(conn)
-                raise StoreWriteError(f"write probe of {self.where} failed: {_one_line(e)}") from e
+                why = schema_refusal(e) or _one_line(e)
+                raise StoreWriteError(f"write probe of {self.where} failed: {why}") from e
 
     def check_identity(self) -> None:
         """Raise :class:`StoreLostError` if the database answering is no longer the store this

@@ -119,6 +119,9 @@ class ClusterState:
     """The cluster log's last offset (-1: empty)."""
     controller_expires_in_ms: int | None = None
     """Until the controller's lease expires, by the server's clock (None: never held)."""
+    schema_version: int = SCHEMA_VERSION
+    """The store's schema version (``kip848_meta``; -1: missing or not a number), read with
+    the cluster log's end (no statement of its own): :func:`.postgres_schema.schema_changed`."""
 
     def live(self) -> list[int]:
         return sorted(n for n, row in self.nodes.items() if row.live)
@@ -535,7 +538,8 @@ def _read_state(conn: psycopg.Connection[Any]) -> tuple[Any, ...]:
         ),
         conn.execute(
             'SELECT greatest((SELECT max("offset") FROM kip848_journal WHERE log = -1),'
-            " (SELECT expired_through FROM kip848_logs WHERE log = -1))"
+            " (SELECT expired_through FROM kip848_logs WHERE log = -1)), (SELECT value FROM"
+            " kip848_meta WHERE name = 'schema_version')"
         ),
     )
 
@@ -559,6 +563,7 @@ def _state(reads: tuple[Any, ...]) -> ClusterState:
         controller_epoch=epoch,
         cluster_log_end=-1 if end_row is None or end_row[0] is None else int(end_row[0]),
         controller_expires_in_ms=left,
+        schema_version=int(end_row[1]) if end_row and str(end_row[1]).isdigit() else -1,
     )
 
 

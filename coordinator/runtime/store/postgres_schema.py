@@ -72,6 +72,9 @@ _TABLES = (
 )
 
 _MIGRATE_1_TO_2 = (
+    # First: no append in flight, none until COMMIT (each then reads the new version at its
+    # gate, SCHEMA_GATE, and a node of an older build is refused). Every migration does.
+    "LOCK TABLE kip848_journal, kip848_compacted IN SHARE MODE",
     "ALTER TABLE kip848_logs ADD COLUMN IF NOT EXISTS pinned boolean NOT NULL DEFAULT false",
     "ALTER TABLE kip848_logs ADD COLUMN IF NOT EXISTS loaded_epoch bigint NOT NULL DEFAULT 0",
     "ALTER TABLE kip848_nodes ADD COLUMN IF NOT EXISTS incarnation text",
@@ -125,6 +128,49 @@ END $$
 ``first``: a node appends cluster records only with the cluster state it decided them on up to
 date (the log every node follows has no leader; docs/ha.md)."""
 FENCED = "K8F01"
+
+SCHEMA_MARK = "kip848 store schema version "
+SCHEMA_GATE = (
+    f"(SELECT (CASE WHEN value = '{SCHEMA_VERSION}' THEN '1' ELSE '{SCHEMA_MARK}' || value"
+    f" || ' is not this build''s {SCHEMA_VERSION}' END)::int FROM kip848_meta"
+    " WHERE name = 'schema_version')"
+)
+"""1 in every append's gate (the statement that writes it) and the write probe's: the store's
+schema version as this build's, else the statement fails (an ``int`` cast of a text starting
+with :data:`SCHEMA_MARK`, SQLSTATE 22P02; plain SQL, so a newer build's functions cannot
+change it) and writes nothing. A migration locks the journal first (``_MIGRATE_1_TO_2``): no
+append of an older node is in flight when the version changes, and each one after reads the
+new version here."""
+
+
+def schema_refusal(error: Exception) -> str | None:
+    """:data:`SCHEMA_GATE`'s reason in ``error`` (a psycopg error), or None."""
+    text = str(error)
+    if SCHEMA_MARK not in text:
+        return None
+    return SCHEMA_MARK + text.partition(SCHEMA_MARK)[2].partition('"')[0]
+
+
+def schema_changed(version: int) -> str | None:
+    """Why a running node must stop when its heartbeat reads the store at schema ``version``
+    (it opened the store at this build's :data:`SCHEMA_VERSION`), or None (the same). Newer:
+    a node of a newer build migrated it, and this build neither reads nor writes that layout.
+    Older (or unreadable, -1): not the store this node opened (no build migrates down; a
+    restore from a backup of an older schema, or ``kip848_meta`` edited by hand)."""
+    if version == SCHEMA_VERSION:
+        return None
+    if version > SCHEMA_VERSION:
+        return (
+            f"the store in PostgreSQL is at schema version {version}, newer than this build's "
+            f"{SCHEMA_VERSION} (a node of a newer build migrated it); this node can neither "
+            f"read nor write it: upgrade this node to that build"
+        )
+    shown = "no readable schema version" if version < 0 else f"schema version {version}"
+    return (
+        f"the store in PostgreSQL is at {shown}, not the {SCHEMA_VERSION} this node opened it "
+        "at (restored from a backup of an older schema, or kip848_meta edited): it is not "
+        "the store this node opened"
+    )
 
 
 def ensure_fence_function(conn: psycopg.Connection[Any]) -> None:
