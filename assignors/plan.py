@@ -11,11 +11,7 @@ from collections.abc import Sequence
 from heapq import heapify, heappop, heappush
 
 from assignors.api import PartitionAssignorError
-
-try:  # the C kernel of :func:`_greedy` (assignors/_placement.c)
-    from assignors import _placement
-except ImportError:  # (a source tree nobody built: pip builds it) the Python below, as exact
-    _placement = None  # type: ignore[assignment]
+from assignors.native import kernels as _placement  # the C kernels, or None
 
 __all__ = ["greedy_order", "transport"]
 

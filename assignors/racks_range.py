@@ -21,13 +21,9 @@ from itertools import accumulate, chain, compress, islice, repeat
 from operator import add, and_, eq, floordiv, mod, mul, ne, not_, rshift, sub
 
 from assignors.api import PartitionAssignorError, TopicId, TopicMetadata
+from assignors.native import kernels as _placement  # the C kernels, or None
 from assignors.plan import transport
 from assignors.racks import BIT, BYTE, ONLY, RackNodes, ones_at, relevant_racks
-
-try:  # the C kernels of :func:`_deal` and :func:`_tally` (assignors/_placement.c)
-    from assignors import _placement
-except ImportError:  # (a source tree nobody built: pip builds them) the Python below, as exact
-    _placement = None  # type: ignore[assignment]
 
 __all__ = ["Indexes", "MemberRacks", "Shared", "place_ranges"]
 

@@ -17,14 +17,10 @@ from assignors.api import (
     TopicId,
     TopicMetadata,
 )
+from assignors.native import kernels as _placement  # the C kernels, or None
 from assignors.plan import Order, greedy_order, transport
 from assignors.racks import Counted, RackNodes, count_owned_by_node, mask_groups, relevant_racks
 from assignors.racks_members import Dense, Sparse
-
-try:  # the C kernel of :meth:`_ClassSettle._fill` (assignors/_placement.c)
-    from assignors import _placement
-except ImportError:  # (a source tree nobody built: pip builds it) the Python there, as exact
-    _placement = None  # type: ignore[assignment]
 
 __all__ = ["Holders", "settle_class", "settle_from_summary"]
 
