@@ -43,13 +43,20 @@ _HOST = re.compile(
 )  # Kafka's valid host characters (Utils.validHostPattern)
 
 
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as an IP address (a zone id left out), or None when it is not one."""
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return None
+
+
 def address_key(host: str) -> str:
     """The IP address a connection is counted under: its canonical text, an IPv4 client of a
     dual-stack socket (``::ffff:A.B.C.D``) as its IPv4 address (Java sees it so), a zone id
     left out. Text that is not an address is kept as it is."""
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
+    address = _address(host)
+    if address is None:
         return host
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return str(address.ipv4_mapped)
@@ -102,22 +109,13 @@ def parse_overrides(
 
 
 def _resolve(host: str) -> list[str]:
-    key = address_key(host)
-    if key != host or _is_address(host):
-        return [key]
+    if _address(host) is not None:
+        return [address_key(host)]
     try:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise ValueError(f"{OVERRIDES}: cannot resolve {host!r}: {exc}") from None
     return list(dict.fromkeys(address_key(str(info[4][0])) for info in infos))
-
-
-def _is_address(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host.split("%", 1)[0])
-    except ValueError:
-        return False
-    return True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
